@@ -229,3 +229,33 @@ TEST_CASE("stress: 16 ranks x 10000 mixed collectives") {
     }
   });
 }
+
+TEST_CASE("a rank that returns early cannot leave its peers waiting") {
+  // One rank skips the last collective: the others get collective_mismatch, not a hang.
+  std::atomic<int> mismatches{0};
+  launch(3, [&](thread_communicator& c) {
+    std::vector<int> v{1};
+    c.all_reduce(std::span<int const>(v), std::span<int>(v), reduce_op::sum);
+    if (c.rank() == 0) return;
+    try {
+      c.all_reduce(std::span<int const>(v), std::span<int>(v), reduce_op::sum);
+    } catch (headroom::collective_mismatch const& e) {
+      CHECK(std::string(e.what()).find("rank 0") != std::string::npos);
+      ++mismatches;
+    }
+  });
+  CHECK(mismatches == 2);
+  // A recv whose sender returned without sending.
+  launch(2, [](thread_communicator& c) {
+    if (c.rank() == 1) {
+      int x = 0;
+      CHECK_THROWS_AS(c.recv(std::span<int>(&x, 1), 0), headroom::collective_mismatch);
+    }
+  });
+  // The same holds inside a split group.
+  launch(4, [](thread_communicator& c) {
+    auto sub = c.split(c.rank() / 2, c.rank());
+    if (c.rank() == 1) return;
+    if (c.rank() == 0) CHECK_THROWS_AS(sub.barrier(), headroom::collective_mismatch);
+  });
+}

@@ -80,7 +80,8 @@ struct message {
 };
 
 struct group_state {
-  explicit group_state(int n) : size(n), desc(static_cast<std::size_t>(n)), input(static_cast<std::size_t>(n)) {}
+  explicit group_state(int n)
+      : size(n), desc(static_cast<std::size_t>(n)), input(static_cast<std::size_t>(n)), departed(static_cast<std::size_t>(n), 0) {}
 
   int const size;
   std::mutex mutex;
@@ -92,12 +93,15 @@ struct group_state {
 
   std::vector<op_desc> desc;
   std::vector<void const*> input;
+  std::vector<char> departed;  // ranks whose function returned: they will never arrive again
+  int departed_count = 0;
   std::map<std::pair<int, int>, std::deque<message>> mailbox;  // (src, dst) -> FIFO
 
   // split: the group made for each (split sequence, color), handed to its members once each.
   std::uint64_t split_sequence = 0;
   std::map<std::pair<std::uint64_t, int>, std::pair<std::shared_ptr<group_state>, int>> pending_split;
   std::vector<std::weak_ptr<group_state>> children;
+  std::vector<int> parent_ranks;  // for a split group: each member's rank in the parent
 
   // Caller holds the lock. Returns when all ranks arrived; throws if the group was aborted first.
   void arrive_and_wait(std::unique_lock<std::mutex>& lock) {
@@ -109,8 +113,38 @@ struct group_state {
       cv.notify_all();
       return;
     }
-    cv.wait(lock, [&] { return generation != gen || aborted; });
-    if (generation == gen) throw group_aborted("thread_group aborted: " + abort_reason);
+    cv.wait(lock, [&] { return generation != gen || aborted || departed_count > 0; });
+    if (generation == gen) {
+      if (aborted) throw group_aborted("thread_group aborted: " + abort_reason);
+      throw collective_mismatch("a rank left the group (" + departed_list() +
+                                ") while others waited in a collective: ranks called different numbers of collectives");
+    }
+  }
+
+  [[nodiscard]] std::string departed_list() const {
+    std::string s;
+    for (std::size_t r = 0; r < departed.size(); ++r)
+      if (departed[r]) s += (s.empty() ? "rank " : ", rank ") + std::to_string(r);
+    return s;
+  }
+
+  // A rank leaving the parent leaves every group split from it too.
+  void depart(int rank) {
+    std::vector<std::shared_ptr<group_state>> kids;
+    {
+      std::lock_guard lock(mutex);
+      if (!departed[static_cast<std::size_t>(rank)]) {
+        departed[static_cast<std::size_t>(rank)] = 1;
+        ++departed_count;
+      }
+      for (auto& w : children)
+        if (auto c = w.lock()) kids.push_back(std::move(c));
+    }
+    cv.notify_all();
+    for (auto& c : kids) {
+      auto const it = std::find(c->parent_ranks.begin(), c->parent_ranks.end(), rank);
+      if (it != c->parent_ranks.end()) c->depart(static_cast<int>(it - c->parent_ranks.begin()));
+    }
   }
 
   void abort(std::string const& why) {
@@ -230,8 +264,13 @@ class thread_communicator {
     {
       std::unique_lock lock(state_->mutex);
       auto& box = state_->mailbox[{peer, rank_}];
-      state_->cv.wait(lock, [&] { return !box.empty() || state_->aborted; });
-      if (box.empty()) throw group_aborted("thread_group aborted: " + state_->abort_reason);
+      auto const gone = [&] { return state_->departed[static_cast<std::size_t>(peer)] != 0; };
+      state_->cv.wait(lock, [&] { return !box.empty() || state_->aborted || gone(); });
+      if (box.empty()) {
+        if (state_->aborted) throw group_aborted("thread_group aborted: " + state_->abort_reason);
+        throw collective_mismatch(headroom::detail::concat("recv on rank ", rank_, ": rank ", peer,
+                                                 " returned without sending the expected message"));
+      }
       msg = std::move(box.front());
       box.pop_front();
     }
@@ -263,6 +302,7 @@ class thread_communicator {
       auto& slot = state_->pending_split[id];
       if (!slot.first) {
         slot.first = std::make_shared<detail::group_state>(static_cast<int>(members.size()));
+        for (auto const& m : members) slot.first->parent_ranks.push_back(m.second);
         state_->children.push_back(slot.first);
       }
       child = slot.first;
@@ -279,6 +319,10 @@ class thread_communicator {
 
   /// Aborts the whole group (and groups split from it): waiting ranks get group_aborted.
   void abort(std::string const& why) const { state_->abort(why); }
+
+  /// Declares that this rank will issue no more calls (launch does it when a rank returns),
+  /// so peers still waiting on it get an error instead of waiting forever.
+  void leave() const { state_->depart(rank_); }
 
   friend bool operator==(thread_communicator const& a, thread_communicator const& b) noexcept {
     return a.state_ == b.state_ && a.rank_ == b.rank_;
@@ -371,8 +415,9 @@ class thread_group {
 };
 
 /// Runs `fn(communicator)` on `n` threads, one per rank, and joins them. If a rank throws,
-/// the group is aborted (so no rank waits forever) and, after all threads joined, the
-/// exception of the lowest rank that failed for its own reason (not group_aborted) is rethrown.
+/// the group is aborted (so no rank waits forever); a rank that returns leaves the group, so
+/// a peer still waiting on it gets collective_mismatch. After all threads joined, the exception
+/// of the lowest rank that failed for its own reason (not group_aborted) is rethrown.
 template <class Fn>
   requires std::invocable<Fn&, thread_communicator&>
 void launch(int n, Fn&& fn) {
@@ -397,6 +442,7 @@ void launch(int n, Fn&& fn) {
           errors[static_cast<std::size_t>(r)] = std::current_exception();
           group.abort("rank " + std::to_string(r) + " failed with a non-standard exception");
         }
+        comm.leave();
       });
     }
   }
