@@ -1,0 +1,5 @@
+#pragma once
+// One function per module, each in demo_<module>.cpp and called once from main.cpp.
+#include "printer.hpp"
+
+void demo_substrates(headroom::demo::printer& p);

@@ -1,0 +1,202 @@
+#pragma once
+// Row-copy kernels behind cp::cuda's ops. One kernel template serves every op: each output row
+// has one source row (or none: filled with a pattern), computed in the kernel from cu_seqlens
+// staged in shared memory, so no index tensor is ever materialised.
+//
+// Work split (the copy is memory-bound): a block takes a tile of consecutive output rows,
+// computes each row's source once into shared memory, then streams the tile with vector
+// loads / stores (16 bytes when the rows and buffers allow), `unroll` loads in flight per
+// thread before the stores. Output rows of a tile are contiguous, so stores are fully
+// coalesced; loads are coalesced within each row. Tiles are sized to ~4K vectors so that
+// even 16K-row tensors give thousands of tiles, and the grid is capped at what is resident
+// on the device (a grid-stride loop covers the rest).
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "headroom/cp/cu_seqlens.hpp"
+#include "headroom/cp/layout.hpp"
+#include "headroom/cp/padding.hpp"
+
+namespace headroom::cp::cuda::detail {
+
+inline constexpr int block_threads = 256;
+inline constexpr int unroll = 4;
+inline constexpr std::uint32_t target_vectors_per_tile = 4096;
+inline constexpr std::uint32_t max_rows_per_tile = 1024;
+inline constexpr std::size_t max_fill_bytes = 64;
+
+template <std::size_t Bytes>
+struct vector_of;
+template <> struct vector_of<16> { using type = uint4; };
+template <> struct vector_of<8> { using type = uint2; };
+template <> struct vector_of<4> { using type = unsigned int; };
+template <> struct vector_of<2> { using type = unsigned short; };
+template <> struct vector_of<1> { using type = unsigned char; };
+
+/// The element written where a row has no source (pads, rows of other ranks), as raw bytes.
+/// A row is a whole number of elements, so byte b of a row is bytes[b % elem_bytes].
+struct fill_pattern {
+  unsigned char bytes[max_fill_bytes] = {};
+  std::uint32_t elem_bytes = 1;
+
+  template <class V>
+  __device__ __forceinline__ V vector(std::uint32_t vector_in_row) const {
+    V out;
+    auto* b = reinterpret_cast<unsigned char*>(&out);
+    std::uint32_t const offset = vector_in_row * static_cast<std::uint32_t>(sizeof(V));
+#pragma unroll
+    for (std::uint32_t j = 0; j < sizeof(V); ++j) b[j] = bytes[(offset + j) % elem_bytes];
+    return out;
+  }
+};
+
+/// Copies `count` entries of a boundary array into shared memory (or keeps the global pointer).
+template <class I>
+__device__ __forceinline__ I const* stage_array(I const* src, std::int64_t count, unsigned char*& smem, bool use_shared) {
+  if (!use_shared) return src;
+  I* dst = reinterpret_cast<I*>(smem);
+  for (std::int64_t i = threadIdx.x; i < count; i += blockDim.x) dst[i] = src[i];
+  smem += (static_cast<std::size_t>(count) * sizeof(I) + 15) / 16 * 16;
+  return dst;
+}
+template <class I>
+[[nodiscard]] constexpr std::size_t staged_bytes(std::int64_t count) noexcept {
+  return (static_cast<std::size_t>(count) * sizeof(I) + 15) / 16 * 16;
+}
+
+// ---- sources: output row -> input row (-1: fill) -----------------------------------------
+
+/// split: local row t of `rank` <- global padded row.
+template <class Layout, class I>
+struct split_source {
+  static constexpr bool may_fill = false;
+  I const* cu;
+  std::int64_t nseq, total;
+  int cp, rank;
+  [[nodiscard]] std::size_t shared_bytes() const noexcept { return staged_bytes<I>(nseq + 1); }
+  __device__ void stage(unsigned char* smem, bool use_shared) { cu = stage_array(cu, nseq + 1, smem, use_shared); }
+  __device__ __forceinline__ std::int64_t operator()(std::int64_t t) const {
+    return Layout::locate(cu, nseq, total, cp, rank, t).global_row;
+  }
+};
+
+/// gather-reorder: global row g (sequence order) <- row of the rank-major all-gather buffer.
+template <class Layout, class I>
+struct sequence_order_source {
+  static constexpr bool may_fill = false;
+  I const* cu;
+  std::int64_t nseq, total;
+  int cp;
+  [[nodiscard]] std::size_t shared_bytes() const noexcept { return staged_bytes<I>(nseq + 1); }
+  __device__ void stage(unsigned char* smem, bool use_shared) { cu = stage_array(cu, nseq + 1, smem, use_shared); }
+  __device__ __forceinline__ std::int64_t operator()(std::int64_t g) const {
+    owned_row const o = Layout::owner(cu, nseq, total, cp, g);
+    return o.rank * (total / cp) + o.local_row;
+  }
+};
+
+/// to_rank_order (gather's adjoint): rank-major row k <- global row.
+template <class Layout, class I>
+struct rank_order_source {
+  static constexpr bool may_fill = false;
+  I const* cu;
+  std::int64_t nseq, total;
+  int cp;
+  [[nodiscard]] std::size_t shared_bytes() const noexcept { return staged_bytes<I>(nseq + 1); }
+  __device__ void stage(unsigned char* smem, bool use_shared) { cu = stage_array(cu, nseq + 1, smem, use_shared); }
+  __device__ __forceinline__ std::int64_t operator()(std::int64_t k) const {
+    std::int64_t const n = total / cp;
+    return Layout::locate(cu, nseq, total, cp, static_cast<int>(k / n), k % n).global_row;
+  }
+};
+
+/// split's adjoint: global row g <- this rank's local row, or zero when another rank holds it.
+template <class Layout, class I>
+struct split_adjoint_source {
+  static constexpr bool may_fill = true;
+  I const* cu;
+  std::int64_t nseq, total;
+  int cp, rank;
+  [[nodiscard]] std::size_t shared_bytes() const noexcept { return staged_bytes<I>(nseq + 1); }
+  __device__ void stage(unsigned char* smem, bool use_shared) { cu = stage_array(cu, nseq + 1, smem, use_shared); }
+  __device__ __forceinline__ std::int64_t operator()(std::int64_t g) const {
+    owned_row const o = Layout::owner(cu, nseq, total, cp, g);
+    return o.rank == rank ? o.local_row : -1;
+  }
+};
+
+/// Fused pad + split: local row t <- raw row, or the pad value. `shift` reads the token
+/// `shift` places later in the same sequence (1: next-token labels / loss mask), and a source
+/// past the sequence's last real token is a pad.
+template <class Layout, class I, class J>
+struct pad_split_source {
+  static constexpr bool may_fill = true;
+  J const* padded_cu;
+  I const* raw_cu;
+  std::int64_t nseq, raw_nseq, total;
+  int cp, rank;
+  std::int64_t shift;
+  [[nodiscard]] std::size_t shared_bytes() const noexcept {
+    return staged_bytes<J>(nseq + 1) + staged_bytes<I>(raw_nseq + 1);
+  }
+  __device__ void stage(unsigned char* smem, bool use_shared) {
+    padded_cu = stage_array(padded_cu, nseq + 1, smem, use_shared);
+    raw_cu = stage_array(raw_cu, raw_nseq + 1, smem, use_shared);
+  }
+  __device__ __forceinline__ std::int64_t operator()(std::int64_t t) const {
+    located_row const at = Layout::locate(padded_cu, nseq, total, cp, rank, t);
+    if (at.sequence >= raw_nseq) return -1;  // the dummy sequence is all pads
+    std::int64_t const o = at.global_row - static_cast<std::int64_t>(padded_cu[at.sequence]) + shift;
+    std::int64_t const raw_len =
+        static_cast<std::int64_t>(raw_cu[at.sequence + 1]) - static_cast<std::int64_t>(raw_cu[at.sequence]);
+    return o < raw_len ? static_cast<std::int64_t>(raw_cu[at.sequence]) + o : -1;
+  }
+};
+
+// ---- the kernel --------------------------------------------------------------------------
+
+template <class V, class Source>
+__global__ void __launch_bounds__(block_threads)
+    copy_rows_kernel(Source source, V const* __restrict__ in, V* __restrict__ out, std::int64_t out_rows,
+                     std::uint32_t vectors_per_row, std::uint32_t rows_per_tile, bool stage_cu, fill_pattern fill) {
+  extern __shared__ __align__(16) unsigned char shared[];
+  auto* const src_rows = reinterpret_cast<std::int64_t*>(shared);
+  source.stage(shared + (static_cast<std::size_t>(rows_per_tile) * sizeof(std::int64_t) + 15) / 16 * 16, stage_cu);
+  __syncthreads();
+  std::int64_t const tiles = (out_rows + rows_per_tile - 1) / rows_per_tile;
+  for (std::int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    std::int64_t const row0 = tile * rows_per_tile;
+    std::int64_t const left = out_rows - row0;
+    auto const rows = static_cast<std::uint32_t>(left < rows_per_tile ? left : rows_per_tile);
+    for (std::uint32_t i = threadIdx.x; i < rows; i += blockDim.x) src_rows[i] = source(row0 + i);
+    __syncthreads();
+    std::uint32_t const items = rows * vectors_per_row;
+    V* const out_tile = out + row0 * static_cast<std::int64_t>(vectors_per_row);
+    for (std::uint32_t base = threadIdx.x; base < items; base += block_threads * unroll) {
+      V regs[unroll];
+#pragma unroll
+      for (int k = 0; k < unroll; ++k) {
+        std::uint32_t const i = base + static_cast<std::uint32_t>(k) * block_threads;
+        if (i < items) {
+          std::uint32_t const r = i / vectors_per_row;
+          std::uint32_t const v = i - r * vectors_per_row;
+          std::int64_t const s = src_rows[r];
+          if constexpr (Source::may_fill)
+            regs[k] = s >= 0 ? in[s * vectors_per_row + v] : fill.template vector<V>(v);
+          else
+            regs[k] = in[s * vectors_per_row + v];
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < unroll; ++k) {
+        std::uint32_t const i = base + static_cast<std::uint32_t>(k) * block_threads;
+        if (i < items) out_tile[i] = regs[k];
+      }
+    }
+    __syncthreads();  // src_rows is rewritten by the next tile
+  }
+}
+
+}  // namespace headroom::cp::cuda::detail

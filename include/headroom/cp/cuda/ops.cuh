@@ -1,0 +1,213 @@
+#pragma once
+// cp ops on device memory, one kernel launch each, stream-ordered (nothing blocks the host).
+//
+//   split              global padded [T, w] -> this rank's [T/cp, w]
+//   split_adjoint      this rank's rows back to [T, w], zeros elsewhere
+//   to_sequence_order  rank-major all-gather buffer -> sequence order (gather's reorder)
+//   to_rank_order      sequence order -> rank-major (gather's adjoint before reduce-scatter)
+//   pad_split          raw, unpadded [T_raw, w] -> this rank's padded rows, pads filled in the
+//                      kernel (TE needs the caller to pad first); `shift` = 1 gives next-token
+//                      labels / loss mask with every pad and each sequence's last real token masked
+//
+// Each op takes the host partition (validated, and the source of every size) and a device copy
+// of the same cu_seqlens (device_cu / device_cu_seqlens), which the kernel stages in shared
+// memory and binary-searches per output row. The device values are not read back: they must
+// be the values the partition was built from. The vector_policy template parameter picks the
+// access width (copy_plan.hpp).
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <type_traits>
+#include <utility>
+
+#include "headroom/core/error.hpp"
+#include "headroom/cp/copy_plan.hpp"
+#include "headroom/cp/cuda/kernels.cuh"
+#include "headroom/cp/matrix.hpp"
+#include "headroom/cp/ops.hpp"
+#include "headroom/cp/padding.hpp"
+#include "headroom/cp/partition.hpp"
+#include "headroom/cuda/check.hpp"
+#include "headroom/cuda/stream.hpp"
+
+namespace headroom::cp::cuda {
+
+using headroom::cuda::stream_view;
+
+/// A device array of cu_seqlens (not owned).
+template <cu_index I>
+struct device_cu {
+  I const* data = nullptr;
+  std::int64_t size = 0;
+};
+
+/// An owned device copy of host cu_seqlens, allocated and copied in order on `s`, freed in
+/// order on the same stream (which must outlive it).
+class device_cu_seqlens {
+ public:
+  device_cu_seqlens(std::span<std::int64_t const> host, stream_view s) : size_(static_cast<std::int64_t>(host.size())), s_(s) {
+    expects(!host.empty(), "cp::cuda::device_cu_seqlens: empty cu_seqlens");
+    void* p = nullptr;
+    HEADROOM_CUDA_TRY(cudaMallocAsync(&p, host.size_bytes(), s.get()));
+    data_ = static_cast<std::int64_t*>(p);
+    cudaError_t const st = cudaMemcpyAsync(data_, host.data(), host.size_bytes(), cudaMemcpyHostToDevice, s.get());
+    if (st != cudaSuccess) {
+      HEADROOM_CUDA_TRY_NOTHROW(cudaFreeAsync(data_, s.get()));
+      HEADROOM_CUDA_TRY(st);
+    }
+  }
+  device_cu_seqlens(device_cu_seqlens const&) = delete;
+  device_cu_seqlens& operator=(device_cu_seqlens const&) = delete;
+  ~device_cu_seqlens() {
+    if (data_ != nullptr) HEADROOM_CUDA_TRY_NOTHROW(cudaFreeAsync(data_, s_.get()));
+  }
+  [[nodiscard]] device_cu<std::int64_t> view() const noexcept { return {data_, size_}; }
+  operator device_cu<std::int64_t>() const noexcept { return view(); }  // NOLINT
+
+ private:
+  std::int64_t* data_ = nullptr;
+  std::int64_t size_;
+  stream_view s_;
+};
+
+namespace detail {
+
+/// Picks tile size and grid, then launches copy_rows_kernel with the vector type of `plan`.
+template <class Source>
+void launch_copy_rows(Source source, void const* in, void* out, std::int64_t out_rows, copy_plan const& plan,
+                      fill_pattern const& fill, stream_view s, char const* op) {
+  if (out_rows == 0) return;
+  expects(plan.vectors_per_row <= (std::int64_t{1} << 31), op, ": rows of ", plan.row_bytes,
+          " bytes are too wide for one tile (at most 2^31 vectors per row)");
+  auto const vpr = static_cast<std::uint32_t>(plan.vectors_per_row);
+  std::uint32_t rows_per_tile = std::max<std::uint32_t>(1, target_vectors_per_tile / vpr);
+  rows_per_tile = std::min(rows_per_tile, max_rows_per_tile);
+  if (static_cast<std::int64_t>(rows_per_tile) > out_rows) rows_per_tile = static_cast<std::uint32_t>(out_rows);
+  std::size_t const tile_bytes = (static_cast<std::size_t>(rows_per_tile) * sizeof(std::int64_t) + 15) / 16 * 16;
+  // Boundaries go to shared memory when they fit beside the tile (a 48 KiB block default);
+  // beyond ~6K sequences the search reads them through L1/L2 instead.
+  bool const stage = tile_bytes + source.shared_bytes() <= 48 * 1024;
+  std::size_t const shared = tile_bytes + (stage ? source.shared_bytes() : 0);
+
+  int device = 0, sms = 0, per_sm = 0;
+  HEADROOM_CUDA_TRY(cudaGetDevice(&device));
+  HEADROOM_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  std::int64_t const tiles = (out_rows + rows_per_tile - 1) / rows_per_tile;
+
+  auto go = [&](auto vector_tag) {
+    using V = typename decltype(vector_tag)::type;
+    auto kernel = copy_rows_kernel<V, Source>;
+    HEADROOM_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block_threads, shared));
+    std::int64_t const resident = static_cast<std::int64_t>(sms) * std::max(per_sm, 1);
+    auto const grid = static_cast<unsigned>(std::min(tiles, resident));
+    kernel<<<grid, block_threads, shared, s.get()>>>(source, static_cast<V const*>(in), static_cast<V*>(out), out_rows, vpr,
+                                                     rows_per_tile, stage, fill);
+    HEADROOM_CUDA_CHECK_LAST();
+  };
+  switch (plan.vector_bytes) {
+    case 16: go(vector_of<16>{}); break;
+    case 8: go(vector_of<8>{}); break;
+    case 4: go(vector_of<4>{}); break;
+    case 2: go(vector_of<2>{}); break;
+    default: go(vector_of<1>{}); break;
+  }
+}
+
+template <class T>
+[[nodiscard]] fill_pattern fill_of(T const& value) {
+  static_assert(sizeof(T) <= max_fill_bytes, "cp::cuda: fill / pad elements are limited to 64 bytes");
+  fill_pattern f;
+  std::memcpy(f.bytes, &value, sizeof(T));
+  f.elem_bytes = static_cast<std::uint32_t>(sizeof(T));
+  return f;
+}
+
+template <cu_index I>
+void expect_device_cu(device_cu<I> cu, std::int64_t sequences, char const* op, char const* what) {
+  expects(cu.size == sequences + 1, op, ": device ", what, " has ", cu.size, " entries, the host metadata has ",
+          sequences + 1);
+  expects(cu.data != nullptr, op, ": device ", what, " is null");
+}
+
+}  // namespace detail
+
+template <vector_policy_type V = vector_policy::widest, layout_policy L, row_element T, cu_index I>
+void split(partition<L> const& p, device_cu<I> cu, matrix_view<T const> global, matrix_view<T> local, stream_view s) {
+  char const* op = "cp::cuda::split";
+  detail::expect_device_cu(cu, p.sequences(), op, "cu_seqlens");
+  cp::detail::expect_shape(global, p.global_rows(), global.width, op, "global input");
+  cp::detail::expect_shape(local, p.local_rows(), global.width, op, "local output");
+  cp::detail::expect_disjoint(global, local, op);
+  auto const plan = plan_copy<V>(global.row_bytes(), {{"global input", global.data}, {"local output", local.data}}, op);
+  detail::split_source<L, I> src{cu.data, p.sequences(), p.global_rows(), p.cp_size(), p.cp_rank()};
+  detail::launch_copy_rows(src, global.data, local.data, p.local_rows(), plan, {}, s, op);
+}
+
+template <vector_policy_type V = vector_policy::widest, layout_policy L, row_element T, cu_index I>
+void split_adjoint(partition<L> const& p, device_cu<I> cu, matrix_view<T const> local, matrix_view<T> global,
+                   stream_view s) {
+  char const* op = "cp::cuda::split_adjoint";
+  detail::expect_device_cu(cu, p.sequences(), op, "cu_seqlens");
+  cp::detail::expect_shape(local, p.local_rows(), local.width, op, "local input");
+  cp::detail::expect_shape(global, p.global_rows(), local.width, op, "global output");
+  cp::detail::expect_disjoint(local, global, op);
+  auto const plan = plan_copy<V>(local.row_bytes(), {{"local input", local.data}, {"global output", global.data}}, op);
+  detail::split_adjoint_source<L, I> src{cu.data, p.sequences(), p.global_rows(), p.cp_size(), p.cp_rank()};
+  detail::launch_copy_rows(src, local.data, global.data, p.global_rows(), plan, detail::fill_of(T{}), s, op);
+}
+
+/// The reorder half of gather: rank-major [T, w] (all-gather output) -> sequence order.
+template <vector_policy_type V = vector_policy::widest, layout_policy L, row_element T, cu_index I>
+void to_sequence_order(partition<L> const& p, device_cu<I> cu, matrix_view<T const> rank_major, matrix_view<T> sequence,
+                       stream_view s) {
+  char const* op = "cp::cuda::to_sequence_order";
+  detail::expect_device_cu(cu, p.sequences(), op, "cu_seqlens");
+  cp::detail::expect_shape(rank_major, p.global_rows(), rank_major.width, op, "rank-major input");
+  cp::detail::expect_shape(sequence, p.global_rows(), rank_major.width, op, "sequence-order output");
+  cp::detail::expect_disjoint(rank_major, sequence, op);
+  auto const plan =
+      plan_copy<V>(rank_major.row_bytes(), {{"rank-major input", rank_major.data}, {"sequence-order output", sequence.data}}, op);
+  detail::sequence_order_source<L, I> src{cu.data, p.sequences(), p.global_rows(), p.cp_size()};
+  detail::launch_copy_rows(src, rank_major.data, sequence.data, p.global_rows(), plan, {}, s, op);
+}
+
+template <vector_policy_type V = vector_policy::widest, layout_policy L, row_element T, cu_index I>
+void to_rank_order(partition<L> const& p, device_cu<I> cu, matrix_view<T const> sequence, matrix_view<T> rank_major,
+                   stream_view s) {
+  char const* op = "cp::cuda::to_rank_order";
+  detail::expect_device_cu(cu, p.sequences(), op, "cu_seqlens");
+  cp::detail::expect_shape(sequence, p.global_rows(), sequence.width, op, "sequence-order input");
+  cp::detail::expect_shape(rank_major, p.global_rows(), sequence.width, op, "rank-major output");
+  cp::detail::expect_disjoint(sequence, rank_major, op);
+  auto const plan =
+      plan_copy<V>(sequence.row_bytes(), {{"sequence-order input", sequence.data}, {"rank-major output", rank_major.data}}, op);
+  detail::rank_order_source<L, I> src{cu.data, p.sequences(), p.global_rows(), p.cp_size()};
+  detail::launch_copy_rows(src, sequence.data, rank_major.data, p.global_rows(), plan, {}, s, op);
+}
+
+/// split(pad(raw)) in one launch. `raw_cu` has pd.raw_sequences() + 1 entries (the caller's raw
+/// boundaries; a dummy sequence appended by the padding needs no entry), `padded_cu` has
+/// p.sequences() + 1. shift = 0: the rows themselves; shift = 1: the next token of the same
+/// sequence (labels or loss mask), pad_value past the last real token.
+template <vector_policy_type V = vector_policy::widest, layout_policy L, row_element T, cu_index I, cu_index J>
+void pad_split(padding const& pd, partition<L> const& p, device_cu<I> raw_cu, device_cu<J> padded_cu,
+               matrix_view<T const> raw, matrix_view<T> local, T const& pad_value, stream_view s, std::int64_t shift = 0) {
+  char const* op = "cp::cuda::pad_split";
+  cp::detail::expect_same_batch(pd, p, op);
+  detail::expect_device_cu(raw_cu, pd.raw_sequences(), op, "raw cu_seqlens");
+  detail::expect_device_cu(padded_cu, p.sequences(), op, "padded cu_seqlens");
+  expects(shift >= 0, op, ": shift = ", shift, ", expected >= 0");
+  cp::detail::expect_shape(raw, pd.raw_rows(), raw.width, op, "raw input");
+  cp::detail::expect_shape(local, p.local_rows(), raw.width, op, "local output");
+  cp::detail::expect_disjoint(raw, local, op);
+  auto const plan = plan_copy<V>(raw.row_bytes(), {{"raw input", raw.data}, {"local output", local.data}}, op);
+  detail::pad_split_source<L, I, J> src{padded_cu.data, raw_cu.data, p.sequences(), pd.raw_sequences(),
+                                        p.global_rows(), p.cp_size(), p.cp_rank(), shift};
+  detail::launch_copy_rows(src, raw.data, local.data, p.local_rows(), plan, detail::fill_of(pad_value), s, op);
+}
+
+}  // namespace headroom::cp::cuda

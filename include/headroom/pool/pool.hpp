@@ -1,0 +1,19 @@
+#pragma once
+// Umbrella for the pool module's CUDA-free part, plus the host-substrate pool:
+//   headroom::pool::host_unit_pool<Assignment, NonUnit>  (inline_stream, inline_event, aligned_resource)
+// The CUDA pool is in headroom/pool/cuda/unit_pool.hpp.
+#include "headroom/host/aligned_resource.hpp"
+#include "headroom/host/event.hpp"
+#include "headroom/host/stream.hpp"
+#include "headroom/pool/models.hpp"
+#include "headroom/pool/plan.hpp"
+#include "headroom/pool/policies.hpp"
+#include "headroom/pool/unit_pool.hpp"
+#include "headroom/pool/workload.hpp"
+
+namespace headroom::pool {
+
+template <class Assignment = strict, class NonUnit = dynamic>
+using host_unit_pool = unit_pool<host::inline_stream, host::inline_event, host::aligned_resource, Assignment, NonUnit>;
+
+}  // namespace headroom::pool

@@ -1,0 +1,555 @@
+#pragma once
+// unit_pool: fixed-address buffers for the units of a plan, in one arena.
+//
+//   auto plan = pool::make_plan<pool::max>(workload, {.buffers = 2});
+//   pool::unit_pool<stream_view, cuda::event, cuda::device_resource> pool(plan, resource, stream);
+//   auto lease = pool.acquire(unit, all_gather_stream);   // spans at fixed addresses
+//   ... all-gather into lease.bytes(0), compute ...
+//   pool.release(lease, compute_stream);                  // stream-ordered, host never blocks
+//
+// The arena is one upstream allocation of plan.arena_bytes, made at construction (so it can be
+// registered with NCCL once and captured in CUDA graphs). Buckets of units the plan leaves out,
+// and non-unit buckets, follow the NonUnit policy (dynamic: upstream allocate/deallocate at each
+// acquire/release; persistent: one buffer each, allocated at construction in plan order).
+//
+// Stream order: release(lease, s) records an event on s for each freed slot. The next acquire
+// of that slot on another stream makes that stream wait for the event on the device; on the
+// same stream nothing is needed. The host never blocks.
+//
+// Holding: acquiring a unit that is already held returns another lease on the same slots
+// (Megatron's re-fetch); the slots are freed when the last lease is released.
+//
+// Not thread-safe: one host thread drives a pool (as one rank's FSDP engine does).
+#include <bit>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <ostream>
+#include <span>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "headroom/core/bytes.hpp"
+#include "headroom/core/error.hpp"
+#include "headroom/core/event.hpp"
+#include "headroom/core/resource.hpp"
+#include "headroom/core/stream.hpp"
+#include "headroom/pool/plan.hpp"
+#include "headroom/pool/policies.hpp"
+
+namespace headroom::pool {
+
+struct pool_stats {
+  std::size_t slots_total = 0;
+  std::size_t slots_in_use = 0;
+  std::size_t slots_in_use_peak = 0;
+  std::uint64_t arena_bytes = 0;
+  std::uint64_t persistent_bytes = 0;    ///< persistent buffers of buckets without a slot
+  std::uint64_t bytes_reserved = 0;      ///< arena + persistent
+  std::uint64_t fallback_bytes_in_use = 0;  ///< dynamic buffers held now
+  std::uint64_t fallback_bytes_peak = 0;
+  std::uint64_t acquisitions = 0;        ///< acquire calls that took slots or buffers (not re-fetches)
+  std::uint64_t refetches = 0;           ///< acquire calls on a unit already held
+  std::uint64_t releases = 0;
+  std::uint64_t moves = 0;               ///< strict: buckets that could not take their pinned group
+  std::uint64_t cross_stream_waits = 0;  ///< device-side waits issued at acquire
+  std::uint64_t fallback_allocations = 0;
+
+  friend std::ostream& operator<<(std::ostream& os, pool_stats const& s) {
+    return os << "slots " << s.slots_in_use << "/" << s.slots_total << " (peak " << s.slots_in_use_peak
+              << "), reserved " << format_bytes(s.bytes_reserved) << " (arena " << format_bytes(s.arena_bytes)
+              << ", persistent " << format_bytes(s.persistent_bytes) << "), fallback in use "
+              << format_bytes(s.fallback_bytes_in_use) << " (peak " << format_bytes(s.fallback_bytes_peak)
+              << "), acquisitions " << s.acquisitions << ", refetches " << s.refetches << ", releases "
+              << s.releases << ", moves " << s.moves << ", cross-stream waits " << s.cross_stream_waits
+              << ", fallback allocations " << s.fallback_allocations;
+  }
+};
+
+/// What a lease covers: a unit of the plan, or a non-unit bucket.
+enum class target_kind : std::uint8_t { unit, non_unit };
+
+template <class Stream, class Event, class Upstream, class Assignment = strict, class NonUnit = dynamic>
+  requires stream<Stream> && event<Event, Stream> && std::default_initializable<Event> &&
+           stream_resource<Upstream, Stream> && assignment_policy<Assignment> && non_unit_policy<NonUnit>
+class unit_pool {
+  static constexpr std::uint32_t none = std::numeric_limits<std::uint32_t>::max();
+
+ public:
+  using stream_type = Stream;
+  using event_type = Event;
+  using upstream_type = Upstream;
+  using assignment_type = Assignment;
+  using non_unit_type = NonUnit;
+
+  /// A unit's (or non-unit bucket's) buffers while held. Move-only; release it through the pool.
+  /// A lease dropped without release keeps its slots held (exhaustion errors then name it).
+  class lease {
+   public:
+    lease() = default;
+    lease(lease const&) = delete;
+    lease& operator=(lease const&) = delete;
+    lease(lease&& o) noexcept : pool_(std::exchange(o.pool_, nullptr)), target_(o.target_), epoch_(o.epoch_) {}
+    lease& operator=(lease&& o) noexcept {
+      pool_ = std::exchange(o.pool_, nullptr);
+      target_ = o.target_;
+      epoch_ = o.epoch_;
+      return *this;
+    }
+    ~lease() = default;
+
+    /// False once released or moved from.
+    [[nodiscard]] bool valid() const noexcept { return pool_ != nullptr; }
+    [[nodiscard]] target_kind kind() const {
+      check("kind");
+      return pool_->is_unit(target_) ? target_kind::unit : target_kind::non_unit;
+    }
+    /// Unit index (kind unit) or non-unit bucket index (kind non_unit).
+    [[nodiscard]] std::size_t index() const {
+      check("index");
+      return pool_->external_index(target_);
+    }
+    [[nodiscard]] std::size_t size() const {
+      check("size");
+      return pool_->targets_[target_].bucket_count;
+    }
+    /// Bucket `b`'s bytes (its padded request size) at a fixed address while pooled.
+    [[nodiscard]] std::span<std::byte> bytes(std::size_t b) const {
+      check("bytes");
+      return pool_->buffer(target_, b);
+    }
+    /// The first `n` bytes of bucket `b`; throws capacity_error naming unit, bucket, request and
+    /// slot size when `n` exceeds it (a request the plan did not foresee never moves the slot).
+    [[nodiscard]] std::span<std::byte> bytes(std::size_t b, std::uint64_t n) const {
+      auto const all = bytes(b);
+      expects<capacity_error>(n <= all.size(), "unit_pool: request of ", n, " bytes for bucket ", b, " of ",
+                              pool_->describe_target(target_), " exceeds its planned ", all.size(),
+                              " bytes; plan on the padded size (padding policy)");
+      return all.first(static_cast<std::size_t>(n));
+    }
+    /// Bucket `b` viewed as `count` elements of T (all that fit when count is omitted).
+    template <class T>
+    [[nodiscard]] std::span<T> view(std::size_t b, std::size_t count = std::numeric_limits<std::size_t>::max()) const {
+      static_assert(std::is_trivially_copyable_v<T>);
+      auto const all = bytes(b);
+      if (count == std::numeric_limits<std::size_t>::max()) count = all.size() / sizeof(T);
+      expects<capacity_error>(count <= all.size() / sizeof(T), "unit_pool: view of ", count, " elements of ",
+                              sizeof(T), " bytes on bucket ", b, " of ", pool_->describe_target(target_),
+                              " exceeds its planned ", all.size(), " bytes");
+      expects(reinterpret_cast<std::uintptr_t>(all.data()) % alignof(T) == 0, "unit_pool: bucket ", b,
+              " address is not aligned for an element of alignment ", alignof(T));
+      return {reinterpret_cast<T*>(all.data()), count};
+    }
+    /// Slot index of bucket `b` in the plan, or none (max size_t) for a fallback buffer.
+    [[nodiscard]] std::size_t slot(std::size_t b) const {
+      check("slot");
+      auto const s = pool_->slot_of(target_, b);
+      return s == none ? std::numeric_limits<std::size_t>::max() : s;
+    }
+
+   private:
+    friend class unit_pool;
+    lease(unit_pool* p, std::uint32_t t, std::uint64_t e) noexcept : pool_(p), target_(t), epoch_(e) {}
+    void check(char const* what) const {
+      expects<logic_error>(pool_ != nullptr, "unit_pool::lease::", what,
+                           ": lease is empty (released or moved from)");
+    }
+    unit_pool* pool_ = nullptr;
+    std::uint32_t target_ = 0;
+    std::uint64_t epoch_ = 0;
+  };
+
+  /// Allocates the arena (and persistent buffers) from `upstream` on `stream`, which is also
+  /// the stream the memory is returned on when the pool dies.
+  unit_pool(plan p, Upstream upstream, Stream const& stream, Assignment assignment = {})
+      : plan_(std::move(p)), upstream_(std::move(upstream)), home_(stream), assignment_(std::move(assignment)) {
+    expects(!plan_.shapes.empty() && plan_.buffers >= 2 && plan_.buffers <= max_buffers &&
+                plan_.slots.size() == plan_.buffers * plan_.shapes.size(),
+            "unit_pool: plan '", plan_.workload_name, "' is not a plan made by make_plan (", plan_.shapes.size(),
+            " shapes, ", plan_.buffers, " buffers, ", plan_.slots.size(), " slots)");
+    build_targets();
+    arena_ = static_cast<std::byte*>(upstream_.allocate(home_, static_cast<std::size_t>(plan_.arena_bytes),
+                                                        plan_.alignment));
+    stats_.slots_total = plan_.slots.size();
+    stats_.arena_bytes = plan_.arena_bytes;
+    if constexpr (NonUnit::persistent_buffers) {
+      try {
+        for (std::uint32_t t = 0; t < targets_.size(); ++t)
+          for (std::uint32_t b = 0; b < targets_[t].bucket_count; ++b) {
+            auto& st = buckets_[targets_[t].first_bucket + b];
+            if (st.shape != no_shape) continue;
+            st.data = static_cast<std::byte*>(
+                upstream_.allocate(home_, static_cast<std::size_t>(st.bytes), plan_.alignment));
+            stats_.persistent_bytes += st.bytes;
+          }
+      } catch (...) {
+        free_all();
+        throw;
+      }
+    }
+    stats_.bytes_reserved = stats_.arena_bytes + stats_.persistent_bytes;
+  }
+
+  unit_pool(unit_pool const&) = delete;
+  unit_pool& operator=(unit_pool const&) = delete;
+  unit_pool(unit_pool&&) = delete;  // leases point at the pool
+  unit_pool& operator=(unit_pool&&) = delete;
+
+  /// Returns the memory on the construction stream after making it wait (on the device) for
+  /// every release recorded on other streams. Leases still held are abandoned.
+  ~unit_pool() { free_all(); }
+
+  [[nodiscard]] plan const& get_plan() const noexcept { return plan_; }
+  [[nodiscard]] pool_stats const& stats() const noexcept { return stats_; }
+  [[nodiscard]] std::byte* arena() const noexcept { return arena_; }
+  [[nodiscard]] std::uint64_t arena_bytes() const noexcept { return plan_.arena_bytes; }
+  [[nodiscard]] Upstream const& upstream() const noexcept { return upstream_; }
+  [[nodiscard]] Assignment const& assignment() const noexcept { return assignment_; }
+
+  /// Leases the buckets of unit `u` for use on `s`. Throws invalid_argument for an unknown
+  /// unit and capacity_error when a bucket finds every candidate slot held (naming them and
+  /// their holders); nothing changes when it throws.
+  [[nodiscard]] lease acquire(std::size_t u, Stream const& s) {
+    expects(u < unit_count_, "unit_pool::acquire: unit ", u, " out of range [0, ", unit_count_, ") of plan '",
+            plan_.workload_name, "'");
+    return acquire_target(static_cast<std::uint32_t>(u), s);
+  }
+  /// Leases non-unit bucket `b` (always served by the NonUnit policy).
+  [[nodiscard]] lease acquire_non_unit(std::size_t b, Stream const& s) {
+    expects(b < plan_.non_unit_bytes.size(), "unit_pool::acquire_non_unit: non-unit bucket ", b,
+            " out of range [0, ", plan_.non_unit_bytes.size(), ") of plan '", plan_.workload_name, "'");
+    return acquire_target(static_cast<std::uint32_t>(unit_count_ + b), s);
+  }
+
+  /// Stream-ordered release: work issued to `s` before this call is the last use; the slots
+  /// are reusable by work ordered after it (other streams wait on the device). Every other
+  /// stream that used the lease must already be ordered before `s`. Empties `l`.
+  /// Throws logic_error for an empty lease (double release), invalid_argument for a lease of
+  /// another pool.
+  void release(lease& l, Stream const& s) {
+    expects<logic_error>(l.pool_ != nullptr, "unit_pool::release: lease is empty (already released or moved from)");
+    expects(l.pool_ == this, "unit_pool::release: lease of ", l.pool_->describe_target(l.target_),
+            " belongs to another pool (plan '", l.pool_->plan_.workload_name, "'), not to this pool (plan '",
+            plan_.workload_name, "')");
+    auto& t = targets_[l.target_];
+    expects<logic_error>(t.holders > 0 && t.epoch == l.epoch_, "unit_pool::release: lease of ",
+                         describe_target(l.target_), " from acquisition ", l.epoch_,
+                         " was already released (current acquisition ", t.epoch, ", holders ", t.holders, ")");
+    l.pool_ = nullptr;
+    if (--t.holders > 0) return;
+    ++stats_.releases;
+    for (std::uint32_t b = 0; b < t.bucket_count; ++b) {
+      auto& st = buckets_[t.first_bucket + b];
+      if (st.slot != none) {
+        auto& sl = slots_[st.slot];
+        events_[st.slot].record(s);  // the point after which the slot may be reused
+        sl.release_stream = s;
+        sl.pending = true;
+        sl.holder = none;
+        free_mask_[plan_.slots[st.slot].shape] |= std::uint64_t{1} << plan_.slots[st.slot].group;
+        st.slot = none;
+        --stats_.slots_in_use;
+      } else if constexpr (!NonUnit::persistent_buffers) {
+        upstream_.deallocate(s, st.data, static_cast<std::size_t>(st.bytes), plan_.alignment);
+        st.data = nullptr;
+        stats_.fallback_bytes_in_use -= st.bytes;
+      }
+    }
+  }
+
+  /// Megatron's can_allocate: would acquiring every unit of `units` succeed now, if the units
+  /// in `releasable` were released first? Units already held need nothing; units without slots
+  /// need nothing from the arena. Counts free groups per slot shape. Throws invalid_argument
+  /// for an unknown unit in either list.
+  [[nodiscard]] bool can_acquire(std::span<std::size_t const> units, std::span<std::size_t const> releasable = {}) const {
+    std::vector<std::uint32_t> demand(plan_.shapes.size(), 0);
+    std::vector<std::uint32_t> supply(plan_.shapes.size(), 0);
+    std::vector<char> seen(unit_count_, 0);
+    for (std::size_t u : units) {
+      expects(u < unit_count_, "unit_pool::can_acquire: unit ", u, " out of range [0, ", unit_count_, ")");
+      if (seen[u] || targets_[u].holders > 0) continue;
+      seen[u] = 1;
+      for (std::uint32_t b = 0; b < targets_[u].bucket_count; ++b) {
+        auto const shape = buckets_[targets_[u].first_bucket + b].shape;
+        if (shape != no_shape) ++demand[shape];
+      }
+    }
+    for (std::size_t s = 0; s < supply.size(); ++s) supply[s] = static_cast<std::uint32_t>(std::popcount(free_mask_[s]));
+    std::vector<char> counted(unit_count_, 0);
+    for (std::size_t u : releasable) {
+      expects(u < unit_count_, "unit_pool::can_acquire: releasable unit ", u, " out of range [0, ", unit_count_, ")");
+      if (counted[u] || targets_[u].holders == 0) continue;  // not held: frees nothing
+      counted[u] = 1;
+      for (std::uint32_t b = 0; b < targets_[u].bucket_count; ++b) {
+        auto const& st = buckets_[targets_[u].first_bucket + b];
+        if (st.slot != none) ++supply[plan_.slots[st.slot].shape];
+      }
+    }
+    for (std::size_t s = 0; s < demand.size(); ++s)
+      if (demand[s] > supply[s]) return false;
+    return true;
+  }
+  [[nodiscard]] bool can_acquire(std::initializer_list<std::size_t> units,
+                                 std::initializer_list<std::size_t> releasable = {}) const {
+    return can_acquire(std::span<std::size_t const>(units.begin(), units.size()),
+                       std::span<std::size_t const>(releasable.begin(), releasable.size()));
+  }
+
+  /// Forgets the release events of free slots, so the next acquire of each waits on nothing.
+  /// Call it (1) after the host synchronized every stream that released slots, and (2) around
+  /// a CUDA graph capture: CUDA forbids waiting inside a capture on an event recorded outside
+  /// it, and waiting outside on an event recorded inside it (the graph carries that order).
+  void clear_release_events() noexcept {
+    for (auto& s : slots_) s.pending = false;
+  }
+  /// Free slots whose release event has not been waited on yet.
+  [[nodiscard]] std::size_t pending_release_events() const noexcept {
+    std::size_t n = 0;
+    for (auto const& s : slots_) n += s.pending ? 1 : 0;
+    return n;
+  }
+
+  /// Leases held on unit `u` now (0: free).
+  [[nodiscard]] std::uint32_t holders(std::size_t u) const {
+    expects(u < unit_count_, "unit_pool::holders: unit ", u, " out of range [0, ", unit_count_, ")");
+    return targets_[u].holders;
+  }
+  /// The unit holding slot `s`, or max size_t when it is free.
+  [[nodiscard]] std::size_t slot_holder(std::size_t s) const {
+    expects(s < slots_.size(), "unit_pool::slot_holder: slot ", s, " out of range [0, ", slots_.size(), ")");
+    return slots_[s].holder == none ? std::numeric_limits<std::size_t>::max() : slots_[s].holder;
+  }
+  /// Strict assignment: the group bucket `b` of unit `u` is pinned to, or max size_t if none yet.
+  [[nodiscard]] std::size_t pinned_group(std::size_t u, std::size_t b) const {
+    expects(u < unit_count_ && b < targets_[u].bucket_count, "unit_pool::pinned_group: (unit ", u, ", bucket ", b,
+            ") out of range");
+    auto const g = buckets_[targets_[u].first_bucket + b].pinned;
+    return g == none ? std::numeric_limits<std::size_t>::max() : g;
+  }
+
+ private:
+  struct target_state {
+    std::uint32_t first_bucket = 0;
+    std::uint32_t bucket_count = 0;
+    std::uint32_t holders = 0;
+    std::uint64_t epoch = 0;
+  };
+  struct bucket_state {
+    std::uint32_t shape = no_shape;  // no_shape: served by the NonUnit policy
+    std::uint32_t slot = none;       // slot while held
+    std::uint32_t pinned = none;     // strict: pinned group
+    std::uint64_t bytes = 0;         // padded request
+    std::byte* data = nullptr;       // fallback buffer (dynamic while held, or persistent)
+  };
+  struct slot_state {
+    std::uint32_t holder = none;
+    bool pending = false;  // an event was recorded at the last release and not yet waited on
+    Stream release_stream{};
+  };
+
+  [[nodiscard]] bool is_unit(std::uint32_t t) const noexcept { return t < unit_count_; }
+  [[nodiscard]] std::size_t external_index(std::uint32_t t) const noexcept {
+    return is_unit(t) ? t : t - unit_count_;
+  }
+  [[nodiscard]] std::string describe_target(std::uint32_t t) const {
+    if (is_unit(t)) return headroom::detail::concat("unit ", t, " '", plan_.unit_names[t], "'");
+    return headroom::detail::concat("non-unit bucket ", t - unit_count_);
+  }
+  [[nodiscard]] std::uint32_t slot_of(std::uint32_t t, std::size_t b) const {
+    expects(b < targets_[t].bucket_count, "unit_pool::lease: bucket ", b, " out of range [0, ",
+            targets_[t].bucket_count, ") of ", describe_target(t));
+    return buckets_[targets_[t].first_bucket + b].slot;
+  }
+  [[nodiscard]] std::span<std::byte> buffer(std::uint32_t t, std::size_t b) const {
+    expects(b < targets_[t].bucket_count, "unit_pool::lease: bucket ", b, " out of range [0, ",
+            targets_[t].bucket_count, ") of ", describe_target(t));
+    auto const& st = buckets_[targets_[t].first_bucket + b];
+    std::byte* base = st.slot != none ? arena_ + plan_.slots[st.slot].offset : st.data;
+    return {base, static_cast<std::size_t>(st.bytes)};
+  }
+
+  void build_targets() {
+    unit_count_ = plan_.unit_count();
+    targets_.reserve(unit_count_ + plan_.non_unit_bytes.size());
+    for (std::size_t u = 0; u < unit_count_; ++u) {
+      targets_.push_back({static_cast<std::uint32_t>(buckets_.size()),
+                          static_cast<std::uint32_t>(plan_.bucket_bytes[u].size()), 0, 0});
+      for (std::size_t b = 0; b < plan_.bucket_bytes[u].size(); ++b) {
+        bucket_state st;
+        st.shape = plan_.bucket_shape[u][b];
+        st.bytes = plan_.bucket_bytes[u][b];
+        expects(st.shape == no_shape || (st.shape < plan_.shapes.size() && st.bytes <= plan_.shapes[st.shape].bytes),
+                "unit_pool: plan '", plan_.workload_name, "' puts unit ", u, " bucket ", b, " (", st.bytes,
+                " bytes) in a shape that cannot hold it");
+        buckets_.push_back(st);
+      }
+    }
+    for (auto bytes : plan_.non_unit_bytes) {
+      targets_.push_back({static_cast<std::uint32_t>(buckets_.size()), 1, 0, 0});
+      bucket_state st;
+      st.bytes = bytes;
+      buckets_.push_back(st);
+    }
+    slots_.resize(plan_.slots.size());
+    events_ = std::vector<Event>(plan_.slots.size());
+    std::uint64_t const all = plan_.buffers == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << plan_.buffers) - 1;
+    free_mask_.assign(plan_.shapes.size(), all);
+  }
+
+  [[nodiscard]] std::string holders_of(std::uint32_t shape) const {
+    std::ostringstream os;
+    for (std::uint32_t g = 0; g < plan_.buffers; ++g) {
+      auto const s = plan_.slot_index(g, shape);
+      os << (g ? ", " : "") << "slot " << s << " (group " << g << ") held by ";
+      if (slots_[s].holder == none)
+        os << "nobody";
+      else
+        os << describe_target(slots_[s].holder);
+    }
+    return os.str();
+  }
+
+  lease acquire_target(std::uint32_t t, Stream const& s) {
+    auto& tg = targets_[t];
+    if (tg.holders > 0) {  // re-fetch: same slots, no state change
+      ++tg.holders;
+      ++stats_.refetches;
+      return lease(this, t, tg.epoch);
+    }
+    // Phase 1: choose a group per pooled bucket (a unit's buckets have distinct shapes, so the
+    // choices cannot collide); throw before touching any state.
+    constexpr std::uint32_t max_inline = 8;
+    std::uint32_t chosen_inline[max_inline];
+    std::vector<std::uint32_t> chosen_heap;
+    std::uint32_t* chosen = chosen_inline;
+    if (tg.bucket_count > max_inline) {
+      chosen_heap.resize(tg.bucket_count);
+      chosen = chosen_heap.data();
+    }
+    for (std::uint32_t b = 0; b < tg.bucket_count; ++b) {
+      auto const& st = buckets_[tg.first_bucket + b];
+      if (st.shape == no_shape) continue;
+      std::uint64_t const mask = free_mask_[st.shape];
+      if (Assignment::pins && st.pinned != none && (mask >> st.pinned & 1u)) {
+        chosen[b] = st.pinned;
+        continue;
+      }
+      expects<capacity_error>(mask != 0, "unit_pool::acquire: no free slot for bucket ", b, " (",
+                              plan_.shapes[st.shape].category_name, ", ", st.bytes, " bytes) of ", describe_target(t),
+                              " in plan '", plan_.workload_name, "': shape ", st.shape, " (",
+                              plan_.shapes[st.shape].category_name, "#", plan_.shapes[st.shape].ordinal, ") has ",
+                              plan_.buffers, " slots, all held: ", holders_of(st.shape),
+                              ". Release a unit first, or plan more buffers");
+      chosen[b] = static_cast<std::uint32_t>(std::countr_zero(mask));
+    }
+    // Phase 2: commit. Dynamic fallback allocations come first: if upstream throws, undo them.
+    if constexpr (!NonUnit::persistent_buffers) {
+      std::uint32_t done = 0;
+      try {
+        for (; done < tg.bucket_count; ++done) {
+          auto& st = buckets_[tg.first_bucket + done];
+          if (st.shape != no_shape) continue;
+          st.data = static_cast<std::byte*>(upstream_.allocate(s, static_cast<std::size_t>(st.bytes), plan_.alignment));
+          stats_.fallback_bytes_in_use += st.bytes;
+          ++stats_.fallback_allocations;
+        }
+      } catch (...) {
+        for (std::uint32_t b = 0; b < done; ++b) {
+          auto& st = buckets_[tg.first_bucket + b];
+          if (st.shape != no_shape || st.data == nullptr) continue;
+          upstream_.deallocate(s, st.data, static_cast<std::size_t>(st.bytes), plan_.alignment);
+          st.data = nullptr;
+          stats_.fallback_bytes_in_use -= st.bytes;
+        }
+        throw;
+      }
+      if (stats_.fallback_bytes_in_use > stats_.fallback_bytes_peak) stats_.fallback_bytes_peak = stats_.fallback_bytes_in_use;
+    }
+    for (std::uint32_t b = 0; b < tg.bucket_count; ++b) {
+      auto& st = buckets_[tg.first_bucket + b];
+      if (st.shape == no_shape) continue;
+      std::uint32_t const g = chosen[b];
+      auto const index = static_cast<std::uint32_t>(plan_.slot_index(g, st.shape));
+      if constexpr (Assignment::pins) {
+        if (st.pinned == none) {
+          st.pinned = g;
+        } else if (st.pinned != g) {
+          ++stats_.moves;
+          report_move(t, b, st, g);
+        }
+      }
+      auto& sl = slots_[index];
+      if (sl.pending) {
+        if (!(sl.release_stream == s)) {
+          events_[index].wait_on(s);  // device-side: the host does not block
+          ++stats_.cross_stream_waits;
+        }
+        sl.pending = false;
+      }
+      sl.holder = t;
+      free_mask_[st.shape] &= ~(std::uint64_t{1} << g);
+      st.slot = index;
+      ++stats_.slots_in_use;
+    }
+    if (stats_.slots_in_use > stats_.slots_in_use_peak) stats_.slots_in_use_peak = stats_.slots_in_use;
+    ++stats_.acquisitions;
+    tg.holders = 1;
+    ++tg.epoch;
+    return lease(this, t, tg.epoch);
+  }
+
+  void report_move(std::uint32_t t, std::uint32_t b, bucket_state const& st, std::uint32_t g) const {
+    auto const pinned_slot = plan_.slot_index(st.pinned, st.shape);
+    std::uint32_t const holder = slots_[pinned_slot].holder;
+    std::string const msg = headroom::detail::concat(
+        "unit_pool[", plan_.workload_name, "]: bucket ", b, " of ", describe_target(t), " is pinned to group ",
+        st.pinned, " but its slot ", pinned_slot, " is held by ",
+        holder == none ? std::string("nobody") : describe_target(holder), "; took group ", g,
+        " (not re-pinned). Under CUDA graph capture this orphans the captured address");
+    move_event const e{t, plan_.unit_names[t], b, st.pinned, g, holder, msg};
+    assignment_.report(e);
+  }
+
+  void free_all() noexcept {
+    // Persistent buffers, and dynamic ones of leases never released, go back on the home stream.
+    for (auto& st : buckets_)
+      if (st.shape == no_shape && st.data != nullptr) {
+        upstream_.deallocate(home_, st.data, static_cast<std::size_t>(st.bytes), plan_.alignment);
+        st.data = nullptr;
+      }
+    if (arena_ == nullptr) return;
+    try {
+      for (std::size_t s = 0; s < slots_.size(); ++s)
+        if (slots_[s].pending && !(slots_[s].release_stream == home_)) events_[s].wait_on(home_);
+    } catch (...) {  // a failed wait: fall back to the host waiting for the releases
+      for (std::size_t s = 0; s < slots_.size(); ++s)
+        if (slots_[s].pending) {
+          try {
+            events_[s].synchronize();
+          } catch (...) {
+          }
+        }
+    }
+    upstream_.deallocate(home_, arena_, static_cast<std::size_t>(plan_.arena_bytes), plan_.alignment);
+    arena_ = nullptr;
+  }
+
+  plan plan_;
+  Upstream upstream_;
+  Stream home_;
+  Assignment assignment_;
+  std::byte* arena_ = nullptr;
+  std::size_t unit_count_ = 0;
+  std::vector<target_state> targets_;  // units, then non-unit buckets
+  std::vector<bucket_state> buckets_;
+  std::vector<slot_state> slots_;
+  std::vector<Event> events_;
+  std::vector<std::uint64_t> free_mask_;  // per shape: bit g set = group g free
+  pool_stats stats_;
+};
+
+}  // namespace headroom::pool

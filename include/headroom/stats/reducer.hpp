@@ -1,0 +1,192 @@
+#pragma once
+// Reducers: combine a report across a group of ranks (PP, TP, DP, world) in ONE collective.
+//
+//   max     1 all_reduce(max, int64): every key's maximum (or minimum, for typed fields that
+//           say stats::minimum), exact for int64 over the whole range and for doubles (see
+//           detail/order_key.hpp); integer keys stay integers; the input is never changed.
+//   gather  1 all_gather(int64): every rank's values, and per key max, min, mean and the rank
+//           holding the max (ties -> lowest rank): which pipeline stage is close to OOM.
+//   max_to / gather_to   the same collective, the result delivered on one writer rank only
+//           (the others get std::nullopt). A rooted reduce would cost the same at this size,
+//           and every rank must still learn about a schema mismatch, so nothing is saved by
+//           leaving ranks out of the collective.
+//
+// Nothing happens (no collective, the input comes back) for a group of one rank, for a typed
+// report with no fields, and for an empty dynamic report under skip_when_empty.
+//
+// Safety: the schema hash, key count and writer travel in the same collective (plan.hpp), so
+// ranks whose reports differ in keys, order or kinds, or name different writers, all throw the
+// same error after the collective. No rank throws before it, so none is left waiting.
+//
+//   stats::reducer<> reduce(stats::reduce_plan(64));      // same plan on every rank
+//   auto peak = reduce.max(local_report, pp_comm);        // every rank
+//   if (auto peak = reduce.max_to(writer, local_report, pp_comm)) log(*peak);   // writer only
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "headroom/core/communicator.hpp"
+#include "headroom/core/error.hpp"
+#include "headroom/stats/detail/wire.hpp"
+#include "headroom/stats/dynamic_report.hpp"
+#include "headroom/stats/plan.hpp"
+#include "headroom/stats/policies.hpp"
+#include "headroom/stats/report.hpp"
+#include "headroom/stats/staging.hpp"
+#include "headroom/stats/table.hpp"
+
+namespace headroom::stats {
+
+/// What the reducers accept: a typed report or a dynamic_report.
+template <class R>
+concept reducible_report = typed_report<R> || std::same_as<std::remove_cvref_t<R>, dynamic_report>;
+
+template <class Staging = host_staging, nan_policy Nan = propagate_nan, empty_policy Empty = join_when_empty>
+class reducer {
+ public:
+  using staging_type = Staging;
+  using nan_type = Nan;
+  using empty_type = Empty;
+
+  explicit reducer(reduce_plan plan, Staging staging = Staging{}) : plan_(plan), staging_(std::move(staging)) {}
+
+  [[nodiscard]] reduce_plan const& plan() const noexcept { return plan_; }
+  [[nodiscard]] Staging& staging() noexcept { return staging_; }
+
+  /// Every key's max across the group, on every rank.
+  template <reducible_report R, communicator C>
+    requires staging_for<Staging, C>
+  [[nodiscard]] R max(R const& r, C& comm, typename C::stream_type const& s = {}) {
+    return *run_max(r, comm, s, -1);
+  }
+  /// As max; a null communicator (not distributed) returns the input.
+  template <reducible_report R, communicator C>
+    requires staging_for<Staging, C>
+  [[nodiscard]] R max(R const& r, C* comm, typename C::stream_type const& s = {}) {
+    return comm == nullptr ? r : max(r, *comm, s);
+  }
+  /// As max, delivered on `writer` only (std::nullopt elsewhere). Every rank passes the same writer.
+  template <reducible_report R, communicator C>
+    requires staging_for<Staging, C>
+  [[nodiscard]] std::optional<R> max_to(int writer, R const& r, C& comm, typename C::stream_type const& s = {}) {
+    return run_max(r, comm, s, writer);
+  }
+
+  /// Every rank's values and a per-key summary, on every rank.
+  template <reducible_report R, communicator C>
+    requires staging_for<Staging, C>
+  [[nodiscard]] rank_table gather(R const& r, C& comm, typename C::stream_type const& s = {}) {
+    return *run_gather(r, comm, s, -1);
+  }
+  /// As gather; a null communicator gives a one-rank table.
+  template <reducible_report R, communicator C>
+    requires staging_for<Staging, C>
+  [[nodiscard]] rank_table gather(R const& r, C* comm, typename C::stream_type const& s = {}) {
+    if (comm != nullptr) return gather(r, *comm, s);
+    return local_table(r);
+  }
+  /// As gather, delivered on `writer` only.
+  template <reducible_report R, communicator C>
+    requires staging_for<Staging, C>
+  [[nodiscard]] std::optional<rank_table> gather_to(int writer, R const& r, C& comm,
+                                                    typename C::stream_type const& s = {}) {
+    return run_gather(r, comm, s, writer);
+  }
+
+ private:
+  static constexpr char const* max_name = "stats::reducer::max";
+  static constexpr char const* gather_name = "stats::reducer::gather";
+
+  template <class R>
+  [[nodiscard]] static bool nothing_to_send(R const& r) {
+    if constexpr (typed_report<R>) return R::empty();
+    else return Empty::skips && r.empty();
+  }
+
+  // One rank: no collective; the same checks as the group would make, done locally.
+  template <class R>
+  void check_alone(R const& r, int writer, char const* what) const {
+    std::size_t const n = detail::report_access<R>::size(r);
+    expects<capacity_error>(n <= plan_.capacity(), what, ": the report has ", n, " keys but the reduce_plan holds ",
+                            plan_.capacity());
+    expects(writer == -1 || writer == 0, what, ": writer rank ", writer, " out of range [0, 1)");
+  }
+
+  template <class R, class C>
+  std::optional<R> run_max(R const& r, C& comm, typename C::stream_type const& s, int writer) {
+    if (nothing_to_send(r)) return r;
+    int const size = comm.size();
+    if (size == 1) {
+      check_alone(r, writer, max_name);
+      return r;
+    }
+    int const rank = comm.rank();
+    std::vector<std::int64_t> words(plan_.max_words());
+    std::vector<std::int64_t> result(plan_.max_words());
+    detail::pack_max(r, writer, Nan::propagates, std::span<std::int64_t>(words));
+    staging_.all_reduce_max(comm, std::span<std::int64_t const>(words), std::span<std::int64_t>(result), s);
+    int const agreed_writer =
+        detail::check_max_header(r, std::span<std::int64_t const>(result), plan_.capacity(), rank, size, max_name);
+    if (agreed_writer != -1 && agreed_writer != rank) return std::nullopt;
+    return detail::unpack_max(r, std::span<std::int64_t const>(result));
+  }
+
+  template <class R, class C>
+  std::optional<rank_table> run_gather(R const& r, C& comm, typename C::stream_type const& s, int writer) {
+    if (nothing_to_send(r)) return rank_table();
+    int const size = comm.size();
+    if (size == 1) {
+      check_alone(r, writer, gather_name);
+      return local_table(r);
+    }
+    int const rank = comm.rank();
+    std::size_t const per_rank = plan_.gather_words_per_rank();
+    std::vector<std::int64_t> words(per_rank);
+    std::vector<std::int64_t> all(plan_.gather_words(size));
+    detail::pack_gather(r, writer, std::span<std::int64_t>(words));
+    staging_.all_gather(comm, std::span<std::int64_t const>(words), std::span<std::int64_t>(all), s);
+    std::span<std::int64_t const> const view(all);
+    int const agreed_writer = detail::check_gather_headers(r, view, per_rank, plan_.capacity(), rank, size, gather_name);
+    if (agreed_writer != -1 && agreed_writer != rank) return std::nullopt;
+    return detail::unpack_gather(r, view, per_rank, size, Nan::propagates);
+  }
+
+  template <class R>
+  [[nodiscard]] rank_table local_table(R const& r) const {
+    std::vector<std::int64_t> words(plan_.gather_words_per_rank());
+    check_alone(r, -1, gather_name);
+    detail::pack_gather(r, -1, std::span<std::int64_t>(words));
+    return detail::unpack_gather(r, std::span<std::int64_t const>(words), words.size(), 1, Nan::propagates);
+  }
+
+  reduce_plan plan_;
+  Staging staging_;
+};
+
+// ---- one-call forms for communicators over host memory (thread_group, MPI) -----------------
+
+/// Every field's max (or min) of a typed report across the group; the plan is the report's size.
+template <typed_report R, host_buffer_communicator C>
+[[nodiscard]] R max(R const& r, C& comm, typename C::stream_type const& s = {}) {
+  return reducer<>(reduce_plan::for_report<R>()).max(r, comm, s);
+}
+/// Every key's max of a dynamic report; `plan` must be the same on every rank.
+template <host_buffer_communicator C>
+[[nodiscard]] dynamic_report max(dynamic_report const& r, C& comm, reduce_plan const& plan,
+                                 typename C::stream_type const& s = {}) {
+  return reducer<>(plan).max(r, comm, s);
+}
+template <typed_report R, host_buffer_communicator C>
+[[nodiscard]] rank_table gather(R const& r, C& comm, typename C::stream_type const& s = {}) {
+  return reducer<>(reduce_plan::for_report<R>()).gather(r, comm, s);
+}
+template <host_buffer_communicator C>
+[[nodiscard]] rank_table gather(dynamic_report const& r, C& comm, reduce_plan const& plan,
+                                typename C::stream_type const& s = {}) {
+  return reducer<>(plan).gather(r, comm, s);
+}
+
+}  // namespace headroom::stats
