@@ -76,13 +76,17 @@ function(headroom_add_program target)
       set(is_cuda TRUE)
     endif()
   endforeach()
-  set_target_properties(${target} PROPERTIES
-    CXX_STANDARD 20 CXX_STANDARD_REQUIRED ON CXX_EXTENSIONS OFF)
+  # C++20 comes from headroom::core (cxx_std_20); -std=c++20 rather than gnu++20. CXX_STANDARD is
+  # not set: CMake would apply it to CUDA sources too, and 3.25 has no nvcc flag for CUDA20.
+  set_target_properties(${target} PROPERTIES CXX_EXTENSIONS OFF)
   target_compile_definitions(${target} PRIVATE HEADROOM_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
   target_link_libraries(${target} PRIVATE headroom::core headroom_warnings)
   if(is_cuda)
     # C++20 for nvcc comes from headroom::cuda (CMake 3.25 has no CUDA_STANDARD 20 for nvcc).
     target_link_libraries(${target} PRIVATE headroom::cuda CUDA::cublas)
+    if(TARGET headroom-cuda-programs)
+      add_dependencies(headroom-cuda-programs ${target})
+    endif()
     if(HEADROOM_ENABLE_NCCL)
       target_link_libraries(${target} PRIVATE headroom::nccl)
     endif()
@@ -153,6 +157,8 @@ endfunction()
 # Programs whose substrate is disabled (.cu without CUDA, mpi_* without MPI) are skipped, and
 # the count is reported.
 function(headroom_add_programs var)
+  # Builds every CUDA program and nothing else (the gpu-build preset: compile and link in CI).
+  add_custom_target(headroom-cuda-programs)
   set(skipped_cuda 0)
   set(skipped_mpi 0)
 

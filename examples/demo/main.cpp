@@ -6,5 +6,7 @@
 int main() {
   headroom::demo::printer p;
   p.run("substrates", demo_substrates);
+  p.run("lifetime", demo_lifetime);
+  p.run("pool", demo_pool);
   return p.finish();
 }

@@ -3,3 +3,5 @@
 #include "printer.hpp"
 
 void demo_substrates(headroom::demo::printer& p);
+void demo_lifetime(headroom::demo::printer& p);
+void demo_pool(headroom::demo::printer& p);

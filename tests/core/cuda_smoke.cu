@@ -4,6 +4,7 @@
 #include <cuda/std/span>
 #include <cuda_runtime.h>
 
+#include <string>
 #include <vector>
 
 // The CUDA-free core and the host substrate must compile under nvcc -std=c++20 as well.
@@ -28,7 +29,7 @@ __global__ void affine(cuda::std::span<int> out, int a, int b) {
 }
 
 void check_cuda(cudaError_t e, char const* what) {
-  REQUIRE_MESSAGE(e == cudaSuccess, what, ": ", cudaGetErrorString(e));
+  REQUIRE_MESSAGE(e == cudaSuccess, (std::string(what) + ": " + cudaGetErrorString(e)));
 }
 
 }  // namespace
@@ -43,7 +44,7 @@ TEST_CASE("core headers are usable from a .cu file") {
 TEST_CASE("a kernel writes the expected values") {
   int devices = 0;
   check_cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
-  REQUIRE_MESSAGE(devices >= 1, "this test needs a GPU, found ", devices);
+  REQUIRE_MESSAGE(devices >= 1, ("this test needs a GPU, found " + std::to_string(devices)));
 
   constexpr int n = 1000;
   cudaStream_t stream{};
@@ -59,6 +60,7 @@ TEST_CASE("a kernel writes the expected values") {
   check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   check_cuda(cudaStreamDestroy(stream), "cudaStreamDestroy");
   for (int i = 0; i < n; ++i) {
-    if (host[static_cast<std::size_t>(i)] != 3 * i - 7) FAIL_CHECK("element ", i, " is ", host[static_cast<std::size_t>(i)]);
+    if (host[static_cast<std::size_t>(i)] != 3 * i - 7)
+      FAIL_CHECK(("element " + std::to_string(i) + " is " + std::to_string(host[static_cast<std::size_t>(i)])));
   }
 }

@@ -13,7 +13,7 @@ namespace {
 
 std::string read_source(std::string const& relative) {
   std::ifstream in(std::string(HEADROOM_SOURCE_DIR) + "/" + relative);
-  REQUIRE_MESSAGE(in.good(), "cannot open ", relative);
+  REQUIRE_MESSAGE(in.good(), ("cannot open " + relative));
   std::ostringstream os;
   os << in.rdbuf();
   return os.str();

@@ -58,6 +58,8 @@ static_assert(!padding_policy<bad::padding_without_describe> && !padding_policy<
 static_assert(assignment_policy<strict> && assignment_policy<first_free>);
 static_assert(!assignment_policy<bad::assignment_without_pins> && !assignment_policy<dynamic>);
 static_assert(non_unit_policy<dynamic> && non_unit_policy<persistent> && !non_unit_policy<strict>);
+static_assert(release_order_policy<record_at_release> && release_order_policy<record_at_reuse>);
+static_assert(!release_order_policy<dynamic> && !release_order_policy<int>);
 
 static_assert(pool_instantiable<host::inline_stream, host::inline_event, host::aligned_resource>);
 static_assert(pool_instantiable<host::inline_stream, host::inline_event, host::aligned_resource, first_free, persistent>);
@@ -67,6 +69,10 @@ static_assert(!pool_instantiable<host::inline_stream, bad::non_default_event, ho
 static_assert(!pool_instantiable<host::inline_stream, host::inline_event, bad::not_a_resource>);
 static_assert(!pool_instantiable<host::inline_stream, host::inline_event, host::aligned_resource, dynamic>);
 static_assert(!pool_instantiable<host::inline_stream, host::inline_event, host::aligned_resource, strict, first_free>);
+static_assert(requires { typename unit_pool<host::inline_stream, host::inline_event, host::aligned_resource, strict, dynamic,
+                                            record_at_reuse>::lease; });
+static_assert(!requires { typename unit_pool<host::inline_stream, host::inline_event, host::aligned_resource, strict, dynamic,
+                                             persistent>::lease; });
 
 // Leases are move-only: a copy could be released twice.
 static_assert(!std::is_copy_constructible_v<host_unit_pool<>::lease>);
@@ -83,4 +89,6 @@ TEST_CASE("policy names are what plans print") {
   CHECK(first_free::name == "first_free");
   CHECK(dynamic::name == "dynamic");
   CHECK(persistent::name == "persistent");
+  CHECK(record_at_release::name == "record_at_release");
+  CHECK(record_at_reuse::name == "record_at_reuse");
 }

@@ -277,6 +277,55 @@ TEST_CASE("release records on the releasing stream; reuse on another stream wait
   recording_event::log = nullptr;
 }
 
+TEST_CASE("record_at_reuse: nothing recorded at release; a reuse on another stream records then waits") {
+  log_t log;
+  recording_event::log = &log;
+  named_stream const home{0}, ag{1}, compute{2};
+  {
+    unit_pool<named_stream, recording_event, counting_resource, strict, dynamic, record_at_reuse> p(
+        make_plan<max>(uniform(3)), counting_resource{}, home);
+    auto l0 = p.acquire(0, ag);
+    auto l1 = p.acquire(1, ag);
+    p.release(l0, ag);
+    CHECK(log.lines.empty());  // no event at release
+    l0 = p.acquire(0, ag);     // same stream: nothing at all
+    CHECK(log.lines.empty());
+    p.release(l0, compute);
+    CHECK(log.lines.empty());
+    auto l2 = p.acquire(2, ag);  // other stream: record on compute now, ag waits
+    REQUIRE(log.lines.size() == 2);
+    CHECK(contains(log.lines[0], "on s2"));
+    CHECK(contains(log.lines[1], "s1 waits"));
+    CHECK(p.stats().cross_stream_waits == 1);
+    p.release(l2, compute);
+    p.release(l1, ag);
+    log.lines.clear();
+  }
+  // Destruction: the release on compute is ordered before the home stream (record, then wait).
+  REQUIRE(log.lines.size() >= 2);
+  CHECK(std::count_if(log.lines.begin(), log.lines.end(), [](auto const& l) { return contains(l, "on s2"); }) == 1);
+  CHECK(std::count_if(log.lines.begin(), log.lines.end(), [](auto const& l) { return contains(l, "s0 waits"); }) == 2);
+  recording_event::log = nullptr;
+}
+
+TEST_CASE("clear_release_events: the next reuse waits on nothing") {
+  log_t log;
+  recording_event::log = &log;
+  named_stream const home{0}, ag{1}, compute{2};
+  test_pool<> p(make_plan<max>(uniform(3)), counting_resource{}, home);
+  auto l0 = p.acquire(0, ag);
+  p.release(l0, compute);
+  CHECK(p.pending_release_events() == 1);
+  p.clear_release_events();
+  CHECK(p.pending_release_events() == 0);
+  log.lines.clear();
+  auto l1 = p.acquire(1, ag);  // reuses group 0 without a wait
+  CHECK(log.lines.empty());
+  CHECK(p.stats().cross_stream_waits == 0);
+  p.release(l1, ag);
+  recording_event::log = nullptr;
+}
+
 // ---- buckets without a slot ----------------------------------------------------------------
 
 TEST_CASE("dynamic: unpooled units and non-unit buckets come from upstream per acquire, freed on the release stream") {
@@ -409,6 +458,17 @@ TEST_CASE("bad input: unknown unit, double release, foreign lease, moved-from le
   CHECK(contains(msg, "belongs to another pool"));
   CHECK(foreign.valid());  // still releasable by its own pool
   q.release(foreign, hs);
+
+  // Overwriting a live lease would leak its slots: refused, both leases stay valid.
+  auto keep = p.acquire(2, hs);
+  auto other = p.acquire(0, hs);
+  CHECK(contains(error_of<logic_error>([&] { keep = std::move(other); }), "still holds unit 2 'u2'"));
+  CHECK(keep.valid());
+  CHECK(other.valid());
+  p.release(keep, hs);
+  keep = std::move(other);  // onto an empty lease: fine
+  CHECK_FALSE(other.valid());
+  p.release(keep, hs);
 
   auto m = p.acquire(1, hs);
   auto moved = std::move(m);

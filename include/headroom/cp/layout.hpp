@@ -42,7 +42,7 @@ struct dual_chunk {
 
   /// Local cu_seqlens[i] on `rank`: cu[i] / cp on every rank.
   template <class I>
-  HEADROOM_CP_HD static std::int64_t local_boundary(I const* cu, std::int64_t i, std::int64_t, int cp, int) noexcept {
+  HEADROOM_CP_HD static constexpr std::int64_t local_boundary(I const* cu, std::int64_t i, std::int64_t, int cp, int) noexcept {
     return static_cast<std::int64_t>(cu[i]) / cp;
   }
 
@@ -83,7 +83,7 @@ struct contiguous {
 
   /// The global boundary clipped to this rank's window [rank*n, (rank+1)*n), n = total/cp.
   template <class I>
-  HEADROOM_CP_HD static std::int64_t local_boundary(I const* cu, std::int64_t i, std::int64_t total, int cp,
+  HEADROOM_CP_HD static constexpr std::int64_t local_boundary(I const* cu, std::int64_t i, std::int64_t total, int cp,
                                                     int rank) noexcept {
     std::int64_t const n = total / cp;
     std::int64_t const b = static_cast<std::int64_t>(cu[i]) - rank * n;

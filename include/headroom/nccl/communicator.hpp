@@ -107,6 +107,7 @@ class registration {
   ~registration() { reset(); }
 
   /// Deregisters now (a no-op on an aborted communicator, whose registrations died with it).
+  /// NCCL may hand back a null handle (local registration disabled); there is nothing to undo then.
   void reset() noexcept {
     if (state_ && handle_ != nullptr && !state_->dead.load())
       HEADROOM_NCCL_TRY_NOTHROW(ncclCommDeregister(state_->comm, handle_), state_->comm);
@@ -116,7 +117,8 @@ class registration {
     bytes_ = 0;
   }
 
-  [[nodiscard]] bool active() const noexcept { return handle_ != nullptr; }
+  /// True from register_buffer until reset(), destruction or a move away.
+  [[nodiscard]] bool active() const noexcept { return state_ != nullptr; }
   [[nodiscard]] void* handle() const noexcept { return handle_; }
   [[nodiscard]] void* data() const noexcept { return data_; }
   [[nodiscard]] std::size_t size() const noexcept { return bytes_; }

@@ -7,6 +7,7 @@
 //   padding      no_padding | pad_elements | align_bytes<A>   sizes the plan is made for
 //   assignment   strict | first_free             which buffer group a unit's bucket takes
 //   non-unit     dynamic | persistent            where buckets without a slot live
+//   release      record_at_release | record_at_reuse   when the release event is recorded
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -178,5 +179,26 @@ struct persistent {
 
 template <class N>
 concept non_unit_policy = std::same_as<N, dynamic> || std::same_as<N, persistent>;
+
+// ---- when the release event is recorded -----------------------------------------------------
+
+/// Default. release(lease, s) records an event on s; a reuse on another stream waits on it.
+/// Exact: the reuser waits for the work issued to s up to the release, nothing more.
+struct record_at_release {
+  static constexpr std::string_view name = "record_at_release";
+  static constexpr bool lazy = false;
+};
+/// release(lease, s) records nothing; a reuse on another stream records on s then and waits.
+/// The reuser waits for all work issued to s up to the reuse (a superset: never unsafe, may
+/// serialise more). Cheaper when most slots are reused on the stream that released them, and
+/// exact for FSDP's prefetch order (nothing is issued to the compute stream between releasing
+/// unit u-1 and prefetching u+1). The releasing stream must outlive the next acquire of the slot.
+struct record_at_reuse {
+  static constexpr std::string_view name = "record_at_reuse";
+  static constexpr bool lazy = true;
+};
+
+template <class O>
+concept release_order_policy = std::same_as<O, record_at_release> || std::same_as<O, record_at_reuse>;
 
 }  // namespace headroom::pool

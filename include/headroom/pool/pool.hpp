@@ -13,7 +13,8 @@
 
 namespace headroom::pool {
 
-template <class Assignment = strict, class NonUnit = dynamic>
-using host_unit_pool = unit_pool<host::inline_stream, host::inline_event, host::aligned_resource, Assignment, NonUnit>;
+template <class Assignment = strict, class NonUnit = dynamic, class ReleaseOrder = record_at_release>
+using host_unit_pool =
+    unit_pool<host::inline_stream, host::inline_event, host::aligned_resource, Assignment, NonUnit, ReleaseOrder>;
 
 }  // namespace headroom::pool

@@ -14,7 +14,8 @@
 //
 // Stream order: release(lease, s) records an event on s for each freed slot. The next acquire
 // of that slot on another stream makes that stream wait for the event on the device; on the
-// same stream nothing is needed. The host never blocks.
+// same stream nothing is needed. The host never blocks. (ReleaseOrder record_at_reuse defers
+// the record to the first reuse on another stream; see policies.hpp.)
 //
 // Holding: acquiring a unit that is already held returns another lease on the same slots
 // (Megatron's re-fetch); the slots are freed when the last lease is released.
@@ -24,6 +25,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <ostream>
 #include <span>
@@ -73,9 +75,11 @@ struct pool_stats {
 /// What a lease covers: a unit of the plan, or a non-unit bucket.
 enum class target_kind : std::uint8_t { unit, non_unit };
 
-template <class Stream, class Event, class Upstream, class Assignment = strict, class NonUnit = dynamic>
+template <class Stream, class Event, class Upstream, class Assignment = strict, class NonUnit = dynamic,
+          class ReleaseOrder = record_at_release>
   requires stream<Stream> && event<Event, Stream> && std::default_initializable<Event> &&
-           stream_resource<Upstream, Stream> && assignment_policy<Assignment> && non_unit_policy<NonUnit>
+           stream_resource<Upstream, Stream> && assignment_policy<Assignment> && non_unit_policy<NonUnit> &&
+           release_order_policy<ReleaseOrder>
 class unit_pool {
   static constexpr std::uint32_t none = std::numeric_limits<std::uint32_t>::max();
 
@@ -85,6 +89,7 @@ class unit_pool {
   using upstream_type = Upstream;
   using assignment_type = Assignment;
   using non_unit_type = NonUnit;
+  using release_order_type = ReleaseOrder;
 
   /// A unit's (or non-unit bucket's) buffers while held. Move-only; release it through the pool.
   /// A lease dropped without release keeps its slots held (exhaustion errors then name it).
@@ -94,7 +99,13 @@ class unit_pool {
     lease(lease const&) = delete;
     lease& operator=(lease const&) = delete;
     lease(lease&& o) noexcept : pool_(std::exchange(o.pool_, nullptr)), target_(o.target_), epoch_(o.epoch_) {}
-    lease& operator=(lease&& o) noexcept {
+    /// Throws logic_error when this lease still holds slots: overwriting it would keep them
+    /// held forever. Release it first.
+    lease& operator=(lease&& o) {
+      if (this == &o) return *this;
+      expects<logic_error>(pool_ == nullptr, "unit_pool::lease: move-assigning over a lease that still holds ",
+                           pool_ != nullptr ? pool_->describe_target(target_) : target_name{nullptr, 0},
+                           "; release it first");
       pool_ = std::exchange(o.pool_, nullptr);
       target_ = o.target_;
       epoch_ = o.epoch_;
@@ -246,7 +257,7 @@ class unit_pool {
       auto& st = buckets_[t.first_bucket + b];
       if (st.slot != none) {
         auto& sl = slots_[st.slot];
-        events_[st.slot].record(s);  // the point after which the slot may be reused
+        if constexpr (!ReleaseOrder::lazy) events_[st.slot].record(s);  // the point after which the slot may be reused
         sl.release_stream = s;
         sl.pending = true;
         sl.holder = none;
@@ -355,10 +366,33 @@ class unit_pool {
   [[nodiscard]] std::size_t external_index(std::uint32_t t) const noexcept {
     return is_unit(t) ? t : t - unit_count_;
   }
-  [[nodiscard]] std::string describe_target(std::uint32_t t) const {
-    if (is_unit(t)) return headroom::detail::concat("unit ", t, " '", plan_.unit_names[t], "'");
-    return headroom::detail::concat("non-unit bucket ", t - unit_count_);
-  }
+  // Printable names, formatted only when an error message is built (expects evaluates its
+  // arguments on every call, so the hot path must not build strings).
+  struct target_name {
+    unit_pool const* pool;
+    std::uint32_t t;
+    friend std::ostream& operator<<(std::ostream& os, target_name const& n) {
+      if (n.pool->is_unit(n.t)) return os << "unit " << n.t << " '" << n.pool->plan_.unit_names[n.t] << "'";
+      return os << "non-unit bucket " << n.t - n.pool->unit_count_;
+    }
+  };
+  struct shape_holders {
+    unit_pool const* pool;
+    std::uint32_t shape;
+    friend std::ostream& operator<<(std::ostream& os, shape_holders const& h) {
+      auto const& p = *h.pool;
+      for (std::uint32_t g = 0; g < p.plan_.buffers; ++g) {
+        auto const s = p.plan_.slot_index(g, h.shape);
+        os << (g ? ", " : "") << "slot " << s << " (group " << g << ") held by ";
+        if (p.slots_[s].holder == none)
+          os << "nobody";
+        else
+          os << target_name{&p, p.slots_[s].holder};
+      }
+      return os;
+    }
+  };
+  [[nodiscard]] target_name describe_target(std::uint32_t t) const noexcept { return {this, t}; }
   [[nodiscard]] std::uint32_t slot_of(std::uint32_t t, std::size_t b) const {
     expects(b < targets_[t].bucket_count, "unit_pool::lease: bucket ", b, " out of range [0, ",
             targets_[t].bucket_count, ") of ", describe_target(t));
@@ -400,19 +434,6 @@ class unit_pool {
     free_mask_.assign(plan_.shapes.size(), all);
   }
 
-  [[nodiscard]] std::string holders_of(std::uint32_t shape) const {
-    std::ostringstream os;
-    for (std::uint32_t g = 0; g < plan_.buffers; ++g) {
-      auto const s = plan_.slot_index(g, shape);
-      os << (g ? ", " : "") << "slot " << s << " (group " << g << ") held by ";
-      if (slots_[s].holder == none)
-        os << "nobody";
-      else
-        os << describe_target(slots_[s].holder);
-    }
-    return os.str();
-  }
-
   lease acquire_target(std::uint32_t t, Stream const& s) {
     auto& tg = targets_[t];
     if (tg.holders > 0) {  // re-fetch: same slots, no state change
@@ -442,7 +463,7 @@ class unit_pool {
                               plan_.shapes[st.shape].category_name, ", ", st.bytes, " bytes) of ", describe_target(t),
                               " in plan '", plan_.workload_name, "': shape ", st.shape, " (",
                               plan_.shapes[st.shape].category_name, "#", plan_.shapes[st.shape].ordinal, ") has ",
-                              plan_.buffers, " slots, all held: ", holders_of(st.shape),
+                              plan_.buffers, " slots, all held: ", shape_holders{this, st.shape},
                               ". Release a unit first, or plan more buffers");
       chosen[b] = static_cast<std::uint32_t>(std::countr_zero(mask));
     }
@@ -485,6 +506,7 @@ class unit_pool {
       auto& sl = slots_[index];
       if (sl.pending) {
         if (!(sl.release_stream == s)) {
+          if constexpr (ReleaseOrder::lazy) events_[index].record(sl.release_stream);
           events_[index].wait_on(s);  // device-side: the host does not block
           ++stats_.cross_stream_waits;
         }
@@ -508,7 +530,7 @@ class unit_pool {
     std::string const msg = headroom::detail::concat(
         "unit_pool[", plan_.workload_name, "]: bucket ", b, " of ", describe_target(t), " is pinned to group ",
         st.pinned, " but its slot ", pinned_slot, " is held by ",
-        holder == none ? std::string("nobody") : describe_target(holder), "; took group ", g,
+        holder == none ? std::string("nobody") : headroom::detail::concat(describe_target(holder)), "; took group ", g,
         " (not re-pinned). Under CUDA graph capture this orphans the captured address");
     move_event const e{t, plan_.unit_names[t], b, st.pinned, g, holder, msg};
     assignment_.report(e);
@@ -524,7 +546,10 @@ class unit_pool {
     if (arena_ == nullptr) return;
     try {
       for (std::size_t s = 0; s < slots_.size(); ++s)
-        if (slots_[s].pending && !(slots_[s].release_stream == home_)) events_[s].wait_on(home_);
+        if (slots_[s].pending && !(slots_[s].release_stream == home_)) {
+          if constexpr (ReleaseOrder::lazy) events_[s].record(slots_[s].release_stream);
+          events_[s].wait_on(home_);
+        }
     } catch (...) {  // a failed wait: fall back to the host waiting for the releases
       for (std::size_t s = 0; s < slots_.size(); ++s)
         if (slots_[s].pending) {

@@ -15,8 +15,9 @@
 
 namespace headroom::pool {
 
-template <class Upstream = cuda::device_resource, class Assignment = strict, class NonUnit = dynamic>
-using cuda_unit_pool = unit_pool<cuda::stream_view, cuda::event, Upstream, Assignment, NonUnit>;
+template <class Upstream = cuda::device_resource, class Assignment = strict, class NonUnit = dynamic,
+          class ReleaseOrder = record_at_release>
+using cuda_unit_pool = unit_pool<cuda::stream_view, cuda::event, Upstream, Assignment, NonUnit, ReleaseOrder>;
 
 static_assert(std::default_initializable<cuda::event>, "unit_pool creates one event per slot");
 
