@@ -30,7 +30,7 @@
 
 using namespace headroom;
 using bf16 = __nv_bfloat16;
-using activation = lifetime::device_guard<lifetime::stream_ordered>;
+using buffer = lifetime::device_guard<lifetime::stream_ordered>;  // weights and activations
 
 namespace {
 
@@ -51,12 +51,12 @@ float input_value(std::size_t i) { return static_cast<float>(static_cast<int>(i 
 
 // One forward pass. Returns the last activation; every other one was released as soon as the
 // next layer had been issued, ordered after the all-reduce that read it.
-activation forward(nccl::communicator& comm, cuda::async_resource& pool, cublasHandle_t blas,
-                   std::vector<activation> const& weights, activation const& input, cuda::stream_view compute,
-                   cuda::stream_view comm_stream) {
-  std::optional<activation> x;
+buffer forward(nccl::communicator& comm, cuda::async_resource& pool, cublasHandle_t blas,
+              std::vector<buffer> const& weights, buffer const& input, cuda::stream_view compute,
+              cuda::stream_view comm_stream) {
+  std::optional<buffer> x;
   for (int l = 0; l < layers; ++l) {
-    activation y(pool, compute, act_bytes, alignof(bf16));
+    buffer y(pool, compute, act_bytes, alignof(bf16));
     float const one = 1.0f, zero = 0.0f;
     auto const* in = static_cast<bf16 const*>(x ? x->data() : input.data());
     cublas_try(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, hidden, batch, hidden, &one, weights[l].data(), CUDA_R_16BF,
@@ -84,13 +84,13 @@ int main() try {
     cublas_try(cublasCreate(&blas), "cublasCreate");
     cublas_try(cublasSetStream(blas, compute.get()), "cublasSetStream");
 
-    std::vector<activation> weights;
+    std::vector<buffer> weights;
     for (int l = 0; l < layers; ++l) {
       weights.emplace_back(pool, compute, weight_bytes, alignof(bf16));
       fill_identity<<<256, 256, 0, compute.get()>>>(static_cast<bf16*>(weights.back().data()), hidden);
       HEADROOM_CUDA_CHECK_LAST();
     }
-    activation input(pool, compute, act_bytes, alignof(bf16));
+    buffer input(pool, compute, act_bytes, alignof(bf16));
     std::vector<bf16> host(act_bytes / sizeof(bf16));
     for (std::size_t i = 0; i < host.size(); ++i) host[i] = __float2bfloat16(input_value(i));
     HEADROOM_CUDA_TRY(cudaMemcpyAsync(input.data(), host.data(), act_bytes, cudaMemcpyHostToDevice, compute.get()));
@@ -99,7 +99,7 @@ int main() try {
 
     std::size_t wrong = 0;
     for (int step = 0; step < steps; ++step) {
-      activation out = forward(comm, pool, blas, weights, input, compute, comm_stream);
+      buffer out = forward(comm, pool, blas, weights, input, compute, comm_stream);
       HEADROOM_CUDA_TRY(cudaMemcpyAsync(host.data(), out.data(), act_bytes, cudaMemcpyDeviceToHost, compute.get()));
       compute.synchronize();
       float scale = 1.0f;

@@ -8,5 +8,7 @@ int main() {
   p.run("substrates", demo_substrates);
   p.run("lifetime", demo_lifetime);
   p.run("pool", demo_pool);
+  p.run("stats", demo_stats);
+  p.run("cp", demo_cp);
   return p.finish();
 }

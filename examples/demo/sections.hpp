@@ -5,3 +5,5 @@
 void demo_substrates(headroom::demo::printer& p);
 void demo_lifetime(headroom::demo::printer& p);
 void demo_pool(headroom::demo::printer& p);
+void demo_stats(headroom::demo::printer& p);
+void demo_cp(headroom::demo::printer& p);

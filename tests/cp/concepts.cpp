@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <random>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -99,4 +100,33 @@ TEST_CASE("vector_policy::require_16 rejects misaligned widths and addresses, na
   CHECK_THROWS_WITH_AS((void)cp::plan_copy<r16>(8192, {{"in", buf}, {"out", buf + 8}}, "op"),
                        doctest::Contains("out starts at"), invalid_argument);
   CHECK_THROWS_WITH_AS((void)cp::plan_copy(0, {{"in", buf}}, "op"), doctest::Contains("row of 0 bytes"), invalid_argument);
+}
+
+TEST_CASE("fast_divmod (the kernels' row / vector split) equals / and % on [0, 2^31)") {
+  std::mt19937_64 gen(8);
+  auto check_divisor = [&](std::uint32_t d) {
+    cp::detail::fast_divmod const f(d);
+    std::vector<std::uint32_t> ns{0, 1, d - 1, d, d + 1, 2 * d - 1, 2 * d, (1u << 31) - 1, (1u << 31) - d, (1u << 30)};
+    for (int i = 0; i < 64; ++i) ns.push_back(static_cast<std::uint32_t>(gen() % (1u << 31)));
+    for (int i = 0; i < 16; ++i) {
+      std::uint64_t const m = (gen() % ((1u << 31) / d)) * d;
+      ns.push_back(static_cast<std::uint32_t>(m));
+      if (m > 0) ns.push_back(static_cast<std::uint32_t>(m - 1));
+    }
+    bool ok = true;
+    for (std::uint32_t n : ns) {
+      if (n >= (1u << 31)) continue;
+      std::uint32_t q = 0, r = 0;
+      f.divide(n, q, r);
+      ok = ok && q == n / d && r == n % d;
+      if (!(q == n / d && r == n % d)) FAIL_CHECK("divisor " << d << ", n " << n << ": got " << q << " r " << r);
+    }
+    return ok;
+  };
+  bool all = true;
+  for (std::uint32_t d = 1; d <= 4096; ++d) all = check_divisor(d) && all;
+  for (std::uint32_t d : {18992u, 8191u, 65535u, 65536u, 1u << 20, (1u << 30) - 1, 1u << 29, 151936u * 2 / 16})
+    all = check_divisor(d) && all;
+  for (int i = 0; i < 2000; ++i) all = check_divisor(1 + static_cast<std::uint32_t>(gen() % ((1u << 30) - 1))) && all;
+  CHECK(all);
 }

@@ -256,3 +256,74 @@ TEST_CASE("collect_output<per_token>: a wrong output shape on one rank throws ev
   });
   CHECK(calls == 0);
 }
+
+TEST_CASE("plan_gather_chunks: whole sequences in order, each chunk within the limit") {
+  std::mt19937_64 gen(41);
+  for (int trial = 0; trial < 30; ++trial) {
+    int const cp_size = 1 << (trial % 4);
+    auto const pad = cp_test::random_padding<dual_chunk>(gen, cp_size, 20, 60);
+    partition<> p(std::span<i64 const>(pad.padded_cu_seqlens()), cp_size, 0);
+    i64 const limit = p.longest_sequence() + static_cast<i64>(gen() % 100);
+    auto const chunks = cp::plan_gather_chunks(p, limit);
+    i64 next_seq = 0, next_row = 0;
+    for (auto const& c : chunks) {
+      CHECK(c.first_sequence == next_seq);
+      CHECK(c.global_begin == next_row);
+      CHECK(c.last_sequence > c.first_sequence);
+      CHECK(c.rows() <= std::max(limit, i64{0}));
+      next_seq = c.last_sequence;
+      next_row = c.global_end;
+    }
+    CHECK(next_seq == p.sequences());
+    CHECK(next_row == p.global_rows());
+    CHECK(cp::gather_workspace_rows(p, limit) <= limit);
+    CHECK(cp::gather_workspace_rows(p) == p.global_rows());
+    CHECK(cp::plan_gather_chunks(p, 0).size() == 1);
+  }
+  std::vector<int> const cu{0, 8, 24};
+  partition<> p(cu, 2, 0);
+  CHECK_THROWS_WITH_AS((void)cp::plan_gather_chunks(p, 15), doctest::Contains("cannot hold the longest padded sequence (16 rows)"),
+                       invalid_argument);
+  CHECK(cp::gather_workspace_rows(partition<contiguous>(cu, 2, 0), 8) == 0);
+}
+
+TEST_CASE_TEMPLATE("chunked gather with a bounded workspace equals the one-collective gather", L, dual_chunk, contiguous) {
+  for (int cp_size : {2, 4, 8}) {
+    launch(cp_size, [&](thread_communicator& comm) {
+      auto const [pad, x] = shared_batch<L>(55 + static_cast<std::uint64_t>(cp_size), cp_size, 2);
+      partition<L> p(std::span<i64 const>(pad.padded_cu_seqlens()), cp_size, comm.rank());
+      std::vector<float> local(static_cast<std::size_t>(p.local_rows() * 2));
+      cp::split(p, cview(x, 2), mview(local, 2));
+      for (i64 extra : {i64{0}, i64{7}, i64{64}}) {
+        i64 const rows = cp::gather_workspace_rows(p, p.longest_sequence() + extra);
+        std::vector<float> w(static_cast<std::size_t>(rows * 2), -3.f), out(x.size(), -1.f);
+        cp::gather(comm, p, cview(local, 2), mview(out, 2), matrix_view<float>(w.data(), rows, 2));
+        CHECK(out == x);
+      }
+      auto const plan = cp::plan_output<cp::gather_output::full>(p, 2, sizeof(float), {p.longest_sequence()});
+      CHECK(plan.workspace_bytes == static_cast<std::size_t>(cp::gather_workspace_rows(p, p.longest_sequence()) * 2) * sizeof(float));
+      std::vector<float> out(x.size(), -1.f);
+      cp::collect_output<cp::gather_output::full>(comm, p, cview(local, 2), mview(out, 2), host::aligned_resource{}, {},
+                                                  cp::no_per_token{}, {p.longest_sequence()});
+      CHECK(out == x);
+    });
+  }
+}
+
+TEST_CASE("chunked gather: a workspace below the longest sequence, or different sizes on different ranks, throws everywhere") {
+  std::vector<int> const cu{0, 8, 24, 32};
+  launch(2, [&](thread_communicator& comm) {
+    partition<> p(cu, 2, comm.rank());
+    std::vector<float> local(16), out(32), w(32);
+    if (comm.rank() == 0)
+      CHECK_THROWS_WITH_AS(cp::gather(comm, p, cview(local, 1), mview(out, 1), matrix_view<float>(w.data(), 15, 1)),
+                           doctest::Contains("workspace has 15 rows, expected at least the longest padded sequence (16 rows)"),
+                           invalid_argument);
+    else
+      CHECK_THROWS_AS(cp::gather(comm, p, cview(local, 1), mview(out, 1), matrix_view<float>(w.data(), 16, 1)), collective_mismatch);
+    // 16 vs 24 rows: both legal, but the chunks (and so the collectives) would differ.
+    i64 const rows = comm.rank() == 0 ? 16 : 24;
+    CHECK_THROWS_WITH_AS(cp::gather(comm, p, cview(local, 1), mview(out, 1), matrix_view<float>(w.data(), rows, 1)),
+                         doctest::Contains("different batches"), collective_mismatch);
+  });
+}

@@ -68,6 +68,13 @@ void gather_round_trip(nccl::communicator& comm, std::uint64_t seed, i64 width) 
                    matrix_view<T>(d_ws.data(), cp::gather_workspace_rows(p), width), stream);
   stream.synchronize();
   CHECK(same_bytes(d_out.download(), x));
+  // Chunked: a workspace of about the longest sequence, one all-gather per chunk of sequences.
+  i64 const rows = cp::gather_workspace_rows(p, p.longest_sequence() + 5);
+  device_vector<T> d_small(static_cast<std::size_t>(rows * width) + 1), d_out2(x.size());
+  cp::cuda::gather(comm, p, cu.view(), matrix_view<T const>(d_local.data(), p.local_rows(), width),
+                   matrix_view<T>(d_out2.data(), p.global_rows(), width), matrix_view<T>(d_small.data(), rows, width), stream);
+  stream.synchronize();
+  CHECK(same_bytes(d_out2.download(), x));
 }
 
 }  // namespace
@@ -134,6 +141,9 @@ TEST_CASE("2-GPU collect_output: full, none and per_token agree with the host; n
     auto const lv = matrix_view<float const>(d_local.data(), p.local_rows(), vocab);
     auto const full = cp::cuda::collect_output<cp::gather_output::full>(
         comm, p, cu.view(), lv, matrix_view<float>(d_full.data(), p.global_rows(), vocab), mr, stream);
+    device_vector<float> d_full2(logits.size());
+    cp::cuda::collect_output<cp::gather_output::full>(comm, p, cu.view(), lv, matrix_view<float>(d_full2.data(), p.global_rows(), vocab),
+                                                      mr, stream, cp::no_per_token{}, {p.longest_sequence()});
     auto const none = cp::cuda::collect_output<cp::gather_output::none>(comm, p, cu.view(), lv, matrix_view<float>{}, mr, stream);
     auto row_max = [](matrix_view<float const> in, matrix_view<float> out, headroom::cuda::stream_view s) {
       row_max_kernel<<<32, 128, 0, s.get()>>>(in.data, out.data, in.rows, in.width);
@@ -142,6 +152,7 @@ TEST_CASE("2-GPU collect_output: full, none and per_token agree with the host; n
         comm, p, cu.view(), lv, matrix_view<float>(d_pt.data(), p.global_rows(), 1), mr, stream, row_max);
     stream.synchronize();
     CHECK(d_full.download() == logits);
+    CHECK(d_full2.download() == logits);
     CHECK(d_pt.download() == expect_max);
     CHECK_FALSE(full.local);
     CHECK(none.local);

@@ -46,8 +46,8 @@ struct non_default_event {
 };
 }  // namespace bad
 
-template <class S, class E, class R, class A = strict, class N = dynamic>
-concept pool_instantiable = requires { typename unit_pool<S, E, R, A, N>::lease; };
+template <class S, class E, class R, class A = strict, class N = dynamic, class O = record_at_release>
+concept pool_instantiable = requires { typename unit_pool<S, E, R, A, N, O>::lease; };
 
 static_assert(planner_policy<fixed> && planner_policy<max>);
 static_assert(!planner_policy<int> && !planner_policy<by_dtype>);
@@ -69,10 +69,10 @@ static_assert(!pool_instantiable<host::inline_stream, bad::non_default_event, ho
 static_assert(!pool_instantiable<host::inline_stream, host::inline_event, bad::not_a_resource>);
 static_assert(!pool_instantiable<host::inline_stream, host::inline_event, host::aligned_resource, dynamic>);
 static_assert(!pool_instantiable<host::inline_stream, host::inline_event, host::aligned_resource, strict, first_free>);
-static_assert(requires { typename unit_pool<host::inline_stream, host::inline_event, host::aligned_resource, strict, dynamic,
-                                            record_at_reuse>::lease; });
-static_assert(!requires { typename unit_pool<host::inline_stream, host::inline_event, host::aligned_resource, strict, dynamic,
-                                             persistent>::lease; });
+static_assert(pool_instantiable<host::inline_stream, host::inline_event, host::aligned_resource, strict, dynamic,
+                                record_at_reuse>);
+static_assert(!pool_instantiable<host::inline_stream, host::inline_event, host::aligned_resource, strict, dynamic,
+                                 persistent>);
 
 // Leases are move-only: a copy could be released twice.
 static_assert(!std::is_copy_constructible_v<host_unit_pool<>::lease>);

@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "headroom/core/error.hpp"
+#include "headroom/cp/detail/config.hpp"
 
 namespace headroom::cp {
 
@@ -72,5 +73,36 @@ template <vector_policy_type V = vector_policy::widest>
   }
   return {row_bytes, v, static_cast<std::int64_t>(row_bytes / v)};
 }
+
+namespace detail {
+/// Division by a divisor fixed for a whole launch (vectors per row) as a multiply-high and a
+/// shift (CUTLASS FastDivmod; Granlund & Montgomery 1994). Exact for dividends in [0, 2^31).
+class fast_divmod {
+ public:
+  constexpr fast_divmod() = default;
+  constexpr explicit fast_divmod(std::uint32_t divisor) noexcept : divisor_(divisor) {
+    if (divisor != 1) {
+      std::uint32_t const ceil_log2 = 32u - static_cast<std::uint32_t>(std::countl_zero(divisor - 1u));
+      std::uint32_t const p = 31u + ceil_log2;
+      multiplier_ = static_cast<std::uint32_t>(((std::uint64_t{1} << p) + divisor - 1) / divisor);
+      shift_ = p - 32u;
+    }
+  }
+  [[nodiscard]] HEADROOM_CP_HD constexpr std::uint32_t divisor() const noexcept { return divisor_; }
+  /// quotient and remainder of n / divisor, n < 2^31.
+  HEADROOM_CP_HD constexpr void divide(std::uint32_t n, std::uint32_t& quotient, std::uint32_t& remainder) const noexcept {
+    quotient = divisor_ == 1 ? n : mul_hi(n, multiplier_) >> shift_;
+    remainder = n - quotient * divisor_;
+  }
+
+ private:
+  HEADROOM_CP_HD static constexpr std::uint32_t mul_hi(std::uint32_t a, std::uint32_t b) noexcept {
+    return static_cast<std::uint32_t>((static_cast<std::uint64_t>(a) * b) >> 32);
+  }
+  std::uint32_t divisor_ = 1;
+  std::uint32_t multiplier_ = 0;
+  std::uint32_t shift_ = 0;
+};
+}  // namespace detail
 
 }  // namespace headroom::cp

@@ -20,6 +20,8 @@
 #include <span>
 #include <string>
 #include <type_traits>
+#include <vector>
+#include <algorithm>
 
 #include "headroom/core/communicator.hpp"
 #include "headroom/core/error.hpp"
@@ -68,7 +70,7 @@ void agree_before_collective(C& comm, std::int64_t fingerprint, typename C::stre
   if (mine) std::rethrow_exception(mine);
   expects<collective_mismatch>(out[0] == 0, op, " on rank ", comm.rank(), ": another rank rejected its arguments");
   expects<collective_mismatch>(out[1] == -out[2], op, " on rank ", comm.rank(),
-                               ": ranks describe different batches (cu_seqlens, cp size, layout or row shape differ)");
+                               ": ranks describe different batches (cu_seqlens, cp size, layout, row shape or chunked workspace rows differ)");
 }
 
 template <communicator C, class L>
@@ -81,25 +83,87 @@ void expect_group(C const& comm, partition<L> const& p, char const* op) {
 
 }  // namespace detail
 
-/// Rows of the rank-major workspace gather needs: global_rows, or 0 for the contiguous
-/// layout (its all-gather output already is sequence order).
+/// A run of whole sequences [first, last) gathered by one collective. Every rank's rows of
+/// those sequences are contiguous in its local buffer (the layout keeps sequence order), so a
+/// chunk is one all-gather of rows [cu[first]/cp, cu[last]/cp) and a reorder of its own.
+struct gather_chunk {
+  std::int64_t first_sequence, last_sequence;
+  std::int64_t global_begin, global_end;  // rows in sequence order
+  [[nodiscard]] std::int64_t rows() const noexcept { return global_end - global_begin; }
+};
+
+/// Splits a dual_chunk gather into chunks of whole sequences of at most `max_rows` rows each
+/// (greedy, in order; the same on every rank). max_rows <= 0: one chunk. Throws when one
+/// sequence alone is longer than max_rows.
 template <layout_policy L>
-[[nodiscard]] std::int64_t gather_workspace_rows(partition<L> const& p) noexcept {
-  return std::same_as<L, contiguous> ? 0 : p.global_rows();
+[[nodiscard]] std::vector<gather_chunk> plan_gather_chunks(partition<L> const& p, std::int64_t max_rows) {
+  auto const cu = p.global_cu_seqlens();
+  std::int64_t const n = p.sequences();
+  if (max_rows <= 0 || max_rows >= p.global_rows()) return {{0, n, 0, p.global_rows()}};
+  expects(p.longest_sequence() <= max_rows, "cp::plan_gather_chunks: a workspace of ", max_rows,
+          " rows cannot hold the longest padded sequence (", p.longest_sequence(), " rows); gather needs at least that");
+  std::vector<gather_chunk> chunks;
+  std::int64_t a = 0;
+  while (a < n) {
+    std::int64_t b = a + 1;
+    while (b < n && cu[static_cast<std::size_t>(b) + 1] - cu[static_cast<std::size_t>(a)] <= max_rows) ++b;
+    chunks.push_back({a, b, cu[static_cast<std::size_t>(a)], cu[static_cast<std::size_t>(b)]});
+    a = b;
+  }
+  return chunks;
 }
 
-/// Host gather with a caller-owned rank-major workspace of [gather_workspace_rows(p), width].
+/// Rows of the rank-major workspace gather needs when its workspace is limited to `max_rows`
+/// (<= 0: no limit, one collective): the largest chunk, global_rows without a limit, and 0 for
+/// the contiguous layout (its all-gather output already is sequence order).
+template <layout_policy L>
+[[nodiscard]] std::int64_t gather_workspace_rows(partition<L> const& p, std::int64_t max_rows = 0) {
+  if constexpr (std::same_as<L, contiguous>) {
+    return 0;
+  } else {
+    std::int64_t m = 0;
+    for (auto const& c : plan_gather_chunks(p, max_rows)) m = std::max(m, c.rows());
+    return m;
+  }
+}
+
+namespace detail {
+/// Reorders one chunk's rank-major all-gather buffer into its rows of `out`.
+template <layout_policy L, row_element T>
+void chunk_to_sequence_order(partition<L> const& p, gather_chunk const& c, matrix_view<T const> chunk, matrix_view<T> out) {
+  std::int64_t const block = c.rows() / p.cp_size();
+  std::int64_t const local0 = c.global_begin / p.cp_size();
+  for (std::int64_t g = c.global_begin; g < c.global_end; ++g) {
+    auto const o = p.owner(g);
+    copy_row(chunk.row(o.rank * block + o.local_row - local0), out.row(g), out.width);
+  }
+}
+}  // namespace detail
+
+/// Host gather with a caller-owned rank-major workspace. With [global_rows, width] it takes one
+/// all-gather; a smaller workspace (at least the longest padded sequence, and the same on every
+/// rank) gathers whole sequences in chunks, one all-gather each, so the transient memory is
+/// bounded by the workspace (gather_workspace_rows(p, limit) says how many rows to pass).
 template <communicator C, layout_policy L, row_element T>
 void gather(C& comm, partition<L> const& p, matrix_view<T const> local, matrix_view<T> out, matrix_view<T> workspace,
             typename C::stream_type const& s = {}) {
   char const* op = "cp::gather";
-  detail::agree_before_collective(comm, detail::batch_fingerprint(p, local.width, sizeof(T)), s, op, [&] {
+  bool const chunked = !std::same_as<L, contiguous> && workspace.rows < p.global_rows();
+  std::vector<gather_chunk> chunks;
+  // The workspace size decides the chunks, so it is part of what the ranks must agree on.
+  std::int64_t const fp = detail::batch_fingerprint(p, local.width, sizeof(T)) ^ (chunked ? workspace.rows * 0x9E3779B1LL : 0);
+  detail::agree_before_collective(comm, fp & 0x3fffffffffffffffLL, s, op, [&] {
     detail::expect_group(comm, p, op);
     detail::expect_shape(local, p.local_rows(), local.width, op, "local input");
     detail::expect_shape(out, p.global_rows(), local.width, op, "output");
     detail::expect_disjoint(local, out, op);
-    if (gather_workspace_rows(p) > 0) {
-      detail::expect_shape(workspace, p.global_rows(), local.width, op, "workspace");
+    if constexpr (!std::same_as<L, contiguous>) {
+      expects(workspace.width == local.width, op, ": workspace has width ", workspace.width, ", expected ", local.width);
+      if (chunked)
+        expects(workspace.rows >= p.longest_sequence(), op, ": workspace has ", workspace.rows,
+                " rows, expected at least the longest padded sequence (", p.longest_sequence(), " rows) or all ",
+                p.global_rows(), " rows");
+      chunks = plan_gather_chunks(p, chunked ? workspace.rows : 0);
       detail::expect_disjoint(local, workspace, op);
       detail::expect_disjoint(out, workspace, op);
     }
@@ -107,8 +171,13 @@ void gather(C& comm, partition<L> const& p, matrix_view<T const> local, matrix_v
   if constexpr (std::same_as<L, contiguous>) {
     comm.all_gather(std::span<T const>(local.data, local.size()), out.span(), s);
   } else {
-    comm.all_gather(std::span<T const>(local.data, local.size()), workspace.span(), s);
-    to_sequence_order(p, matrix_view<T const>(workspace), out);
+    for (auto const& c : chunks) {
+      std::int64_t const local0 = c.global_begin / p.cp_size();
+      std::int64_t const rows = c.rows() / p.cp_size();
+      comm.all_gather(std::span<T const>(local.row(local0), static_cast<std::size_t>(rows * local.width)),
+                      std::span<T>(workspace.data, static_cast<std::size_t>(c.rows() * local.width)), s);
+      detail::chunk_to_sequence_order(p, c, matrix_view<T const>(workspace.data, c.rows(), local.width), out);
+    }
   }
 }
 

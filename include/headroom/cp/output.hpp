@@ -75,10 +75,18 @@ struct output_plan {
   friend std::ostream& operator<<(std::ostream& os, output_plan const& p) { return os << p.describe(); }
 };
 
+/// Knobs of collect_output that change its memory, so plan_output takes them too.
+struct output_options {
+  /// Bound the gather's rank-major workspace to this many rows (whole sequences per chunk, one
+  /// all-gather each; at least the longest padded sequence). 0: one all-gather, [T, width].
+  std::int64_t max_workspace_rows = 0;
+};
+
 /// `width` and `elem_bytes` describe the model output for full / none, and the per-token
 /// vectors for per_token.
 template <gather_output_policy G, layout_policy L>
-[[nodiscard]] output_plan plan_output(partition<L> const& p, std::int64_t width, std::size_t elem_bytes) {
+[[nodiscard]] output_plan plan_output(partition<L> const& p, std::int64_t width, std::size_t elem_bytes,
+                                      output_options const& opts = {}) {
   expects(width >= 1, "cp::plan_output: width = ", width, ", expected >= 1");
   expects(elem_bytes >= 1, "cp::plan_output: elem_bytes = ", elem_bytes, ", expected >= 1");
   output_plan plan{G::name, p.cp_size(), p.local_rows(), p.global_rows(), width, elem_bytes};
@@ -88,7 +96,7 @@ template <gather_output_policy G, layout_policy L>
   } else {
     plan.result_rows = p.global_rows();
     plan.output_buffer_bytes = static_cast<std::size_t>(p.global_rows()) * row;
-    plan.workspace_bytes = static_cast<std::size_t>(gather_workspace_rows(p)) * row;  // rank-major all-gather target
+    plan.workspace_bytes = static_cast<std::size_t>(gather_workspace_rows(p, opts.max_workspace_rows)) * row;
     if constexpr (std::same_as<G, gather_output::per_token>)
       plan.workspace_bytes += static_cast<std::size_t>(p.local_rows()) * row;  // local per-token vectors
   }
@@ -138,17 +146,18 @@ template <gather_output_policy G, communicator C, layout_policy L, row_element T
           class R = host::aligned_resource, class Fn = no_per_token>
   requires stream_resource<std::remove_cvref_t<R>, typename C::stream_type>
 auto collect_output(C& comm, partition<L> const& p, matrix_view<T const> local, matrix_view<U> out, R&& mr = R{},
-                    typename C::stream_type const& s = {}, Fn&& per_token = {}) {
+                    typename C::stream_type const& s = {}, Fn&& per_token = {}, output_options const& opts = {}) {
   if constexpr (std::same_as<G, gather_output::none>) {
-    static_cast<void>(comm), static_cast<void>(out), static_cast<void>(mr), static_cast<void>(s);
+    static_cast<void>(out), static_cast<void>(mr), static_cast<void>(s), static_cast<void>(opts);
     detail::expect_group(comm, p, "cp::collect_output<none>");
     detail::expect_shape(local, p.local_rows(), local.width, "cp::collect_output<none>", "local output");
     return stage_output<T const>{local, p.local_cu_seqlens(), true};
   } else if constexpr (std::same_as<G, gather_output::full>) {
     static_assert(std::same_as<T, U>, "gather_output::full gathers the model output itself: out must have its element type");
+    std::int64_t const ws_rows = gather_workspace_rows(p, opts.max_workspace_rows);
     detail::scoped_buffer<std::remove_reference_t<R>, typename C::stream_type> w(
-        mr, s, static_cast<std::size_t>(gather_workspace_rows(p)) * local.row_bytes());
-    gather(comm, p, local, out, w.template as<T>(gather_workspace_rows(p), local.width), s);
+        mr, s, static_cast<std::size_t>(ws_rows) * local.row_bytes());
+    gather(comm, p, local, out, w.template as<T>(ws_rows, local.width), s);
     return stage_output<U>{out, p.global_cu_seqlens(), false};
   } else {
     static_assert(!std::same_as<std::remove_cvref_t<Fn>, no_per_token>,
@@ -165,11 +174,11 @@ auto collect_output(C& comm, partition<L> const& p, matrix_view<T const> local, 
     auto const row = static_cast<std::size_t>(out.width) * sizeof(U);
     detail::scoped_buffer<std::remove_reference_t<R>, typename C::stream_type> vec(
         mr, s, static_cast<std::size_t>(p.local_rows()) * row);
-    detail::scoped_buffer<std::remove_reference_t<R>, typename C::stream_type> w(
-        mr, s, static_cast<std::size_t>(gather_workspace_rows(p)) * row);
+    std::int64_t const ws_rows = gather_workspace_rows(p, opts.max_workspace_rows);
+    detail::scoped_buffer<std::remove_reference_t<R>, typename C::stream_type> w(mr, s, static_cast<std::size_t>(ws_rows) * row);
     auto const vectors = vec.template as<U>(p.local_rows(), out.width);
     std::invoke(per_token, local, vectors);
-    gather(comm, p, matrix_view<U const>(vectors), out, w.template as<U>(gather_workspace_rows(p), out.width), s);
+    gather(comm, p, matrix_view<U const>(vectors), out, w.template as<U>(ws_rows, out.width), s);
     return stage_output<U>{out, p.global_cu_seqlens(), false};
   }
 }

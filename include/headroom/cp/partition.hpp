@@ -8,6 +8,7 @@
 //   p.local_cu_seqlens();      // [0, 4, 10]
 //   p.source_row(2);           // 6: local row 2 is global row 6
 //   p.owner(11);               // {rank 1, local row 4}
+#include <algorithm>
 #include <cstdint>
 #include <ostream>
 #include <span>
@@ -112,6 +113,13 @@ class partition {
     return os.str();
   }
   friend std::ostream& operator<<(std::ostream& os, partition const& p) { return os << p.describe(); }
+
+  /// Rows of the longest padded sequence (0 for an empty batch).
+  [[nodiscard]] std::int64_t longest_sequence() const noexcept {
+    std::int64_t m = 0;
+    for (std::size_t i = 0; i + 1 < cu_.size(); ++i) m = std::max(m, cu_[i + 1] - cu_[i]);
+    return m;
+  }
 
   /// Same batch, layout and CP size (the rank may differ).
   [[nodiscard]] bool same_batch(partition const& o) const noexcept { return cp_ == o.cp_ && cu_ == o.cu_; }

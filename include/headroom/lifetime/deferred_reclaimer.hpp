@@ -109,7 +109,8 @@ class deferred_reclaimer {
     std::size_t freed = 0;
     for (std::size_t i = 0; i < entries_.size();) {
       auto& entry = entries_[i];
-      bool const done = std::all_of(entry.uses.begin(), entry.uses.end(), [](auto const& u) { return bool(u.event.ready()); });
+      bool const done =
+          std::all_of(entry.uses.begin(), entry.uses.end(), [](auto const& u) { return bool(u.event.ready()); });
       if (!done) {
         ++i;
         continue;

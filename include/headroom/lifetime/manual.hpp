@@ -237,7 +237,8 @@ class resource {
     std::size_t const size = bytes == 0 ? 1 : bytes;
     entry* pick = nullptr;
     for (auto it = blocks_.rbegin(); it != blocks_.rend() && pick == nullptr; ++it)
-      if (it->status == state::free && it->bytes == size && it->alignment == alignment && it->free_stream == s.id()) pick = &*it;
+      if (it->status == state::free && it->bytes == size && it->alignment == alignment && it->free_stream == s.id())
+        pick = &*it;
     for (auto it = blocks_.rbegin(); it != blocks_.rend() && pick == nullptr; ++it)
       if (it->status == state::free && it->bytes == size && it->alignment == alignment &&
           timeline_->completed(it->free_stream) >= it->free_mark)

@@ -90,9 +90,10 @@ struct blocking {
 
 /// `P` can release blocks of resource `R` used on streams `S` marked by events `E`.
 template <class P, class R, class S, class E>
-concept release_policy_for = std::is_empty_v<P> && requires(R& r, S const& s, block b, std::vector<stream_use<S, E>>& uses) {
-  { P::name } -> std::convertible_to<std::string_view>;
-  P::release(r, s, b, uses);
-};
+concept release_policy_for = std::is_empty_v<P> &&
+    requires(R& r, S const& s, block b, std::vector<stream_use<S, E>>& uses) {
+      { P::name } -> std::convertible_to<std::string_view>;
+      P::release(r, s, b, uses);
+    };
 
 }  // namespace headroom::lifetime

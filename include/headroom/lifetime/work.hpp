@@ -46,7 +46,8 @@ class collective_work {
 
   /// An empty handle (nothing issued): wait() and synchronize() throw logic_error.
   collective_work() = default;
-  collective_work(event_type done, std::vector<Guard> stash) : done_(std::move(done)), stash_(std::move(stash)), valid_(true) {}
+  collective_work(event_type done, std::vector<Guard> stash)
+      : done_(std::move(done)), stash_(std::move(stash)), valid_(true) {}
 
   collective_work(collective_work&& o) noexcept
       : done_(std::move(o.done_)), stash_(std::move(o.stash_)), valid_(std::exchange(o.valid_, false)) {
@@ -129,11 +130,21 @@ void hand_over(In&& g, stream_of<G> const& comm_stream, std::vector<G>& stash) {
   if constexpr (!std::is_lvalue_reference_v<In>) stash.push_back(std::move(g));
 }
 
-template <class G>
-[[nodiscard]] collective_work<G> finish(stream_of<G> const& comm_stream, std::vector<G> stash) {
-  typename G::event_type done;
-  done.record(comm_stream);
-  return collective_work<G>(std::move(done), std::move(stash));
+// Once the collective is issued: record the uses (`hand_over(stash)`) and the completion event.
+// Should that fail (no event could be created), the host waits for the comm stream before
+// rethrowing, so that a guard the caller still holds can be released safely.
+template <class G, class HandOver>
+[[nodiscard]] collective_work<G> after_issue(stream_of<G> const& comm_stream, HandOver&& hand_over_all) {
+  try {
+    std::vector<G> stash;
+    hand_over_all(stash);
+    typename G::event_type done;
+    done.record(comm_stream);
+    return collective_work<G>(std::move(done), std::move(stash));
+  } catch (...) {
+    comm_stream.synchronize();
+    throw;
+  }
 }
 
 }  // namespace detail
@@ -146,9 +157,8 @@ template <class T, class C, class G>
   std::span<T> data = buffer.template as_span<T>();
   detail::order_after<G>(caller, comm_stream);
   comm.all_reduce(std::span<T const>(data), data, op, comm_stream);
-  std::vector<G> stash;
-  detail::hand_over(buffer, comm_stream, stash);
-  return detail::finish<G>(comm_stream, std::move(stash));
+  return detail::after_issue<G>(comm_stream,
+                                [&](std::vector<G>& stash) { detail::hand_over(buffer, comm_stream, stash); });
 }
 
 /// Out-of-place all-reduce. `input` as an rvalue is stashed and released by wait().
@@ -161,10 +171,10 @@ template <class T, class C, class In, class G>
   std::span<T> out = output.template as_span<T>();
   detail::order_after<G>(caller, comm_stream);
   comm.all_reduce(in, out, op, comm_stream);
-  std::vector<G> stash;
-  detail::hand_over(output, comm_stream, stash);
-  detail::hand_over(std::forward<In>(input), comm_stream, stash);
-  return detail::finish<G>(comm_stream, std::move(stash));
+  return detail::after_issue<G>(comm_stream, [&](std::vector<G>& stash) {
+    detail::hand_over(output, comm_stream, stash);
+    detail::hand_over(std::forward<In>(input), comm_stream, stash);
+  });
 }
 
 /// All-gather: `output` holds `input` x group size elements, rank-major.
@@ -176,10 +186,10 @@ template <class T, class C, class In, class G>
   std::span<T> out = output.template as_span<T>();
   detail::order_after<G>(caller, comm_stream);
   comm.all_gather(in, out, comm_stream);
-  std::vector<G> stash;
-  detail::hand_over(output, comm_stream, stash);
-  detail::hand_over(std::forward<In>(input), comm_stream, stash);
-  return detail::finish<G>(comm_stream, std::move(stash));
+  return detail::after_issue<G>(comm_stream, [&](std::vector<G>& stash) {
+    detail::hand_over(output, comm_stream, stash);
+    detail::hand_over(std::forward<In>(input), comm_stream, stash);
+  });
 }
 
 /// Reduce-scatter: `input` holds `output` x group size elements; rank r gets block r.
@@ -192,10 +202,10 @@ template <class T, class C, class In, class G>
   std::span<T> out = output.template as_span<T>();
   detail::order_after<G>(caller, comm_stream);
   comm.reduce_scatter(in, out, op, comm_stream);
-  std::vector<G> stash;
-  detail::hand_over(output, comm_stream, stash);
-  detail::hand_over(std::forward<In>(input), comm_stream, stash);
-  return detail::finish<G>(comm_stream, std::move(stash));
+  return detail::after_issue<G>(comm_stream, [&](std::vector<G>& stash) {
+    detail::hand_over(output, comm_stream, stash);
+    detail::hand_over(std::forward<In>(input), comm_stream, stash);
+  });
 }
 
 /// In-place broadcast of `root`'s buffer. The caller keeps the buffer.
@@ -206,9 +216,8 @@ template <class T, class C, class G>
   std::span<T> data = buffer.template as_span<T>();
   detail::order_after<G>(caller, comm_stream);
   comm.broadcast(data, root, comm_stream);
-  std::vector<G> stash;
-  detail::hand_over(buffer, comm_stream, stash);
-  return detail::finish<G>(comm_stream, std::move(stash));
+  return detail::after_issue<G>(comm_stream,
+                                [&](std::vector<G>& stash) { detail::hand_over(buffer, comm_stream, stash); });
 }
 
 }  // namespace headroom::lifetime

@@ -407,5 +407,7 @@ class communicator {
   int rank_ = 0;
   int size_ = 0;
 };
+static_assert(headroom::communicator<communicator>);
+static_assert(!std::copyable<communicator> && std::movable<communicator>);
 
 }  // namespace headroom::mpi

@@ -368,27 +368,38 @@ class unit_pool {
   }
   // Printable names, formatted only when an error message is built (expects evaluates its
   // arguments on every call, so the hot path must not build strings).
+  // (Members, not friends, do the printing: a nested class may access the pool's internals,
+  // a friend of the nested class may not.)
   struct target_name {
     unit_pool const* pool;
     std::uint32_t t;
+    void print(std::ostream& os) const {
+      if (pool->is_unit(t))
+        os << "unit " << t << " '" << pool->plan_.unit_names[t] << "'";
+      else
+        os << "non-unit bucket " << t - pool->unit_count_;
+    }
     friend std::ostream& operator<<(std::ostream& os, target_name const& n) {
-      if (n.pool->is_unit(n.t)) return os << "unit " << n.t << " '" << n.pool->plan_.unit_names[n.t] << "'";
-      return os << "non-unit bucket " << n.t - n.pool->unit_count_;
+      n.print(os);
+      return os;
     }
   };
   struct shape_holders {
     unit_pool const* pool;
     std::uint32_t shape;
-    friend std::ostream& operator<<(std::ostream& os, shape_holders const& h) {
-      auto const& p = *h.pool;
+    void print(std::ostream& os) const {
+      auto const& p = *pool;
       for (std::uint32_t g = 0; g < p.plan_.buffers; ++g) {
-        auto const s = p.plan_.slot_index(g, h.shape);
+        auto const s = p.plan_.slot_index(g, shape);
         os << (g ? ", " : "") << "slot " << s << " (group " << g << ") held by ";
         if (p.slots_[s].holder == none)
           os << "nobody";
         else
           os << target_name{&p, p.slots_[s].holder};
       }
+    }
+    friend std::ostream& operator<<(std::ostream& os, shape_holders const& h) {
+      h.print(os);
       return os;
     }
   };

@@ -3,12 +3,18 @@
 // torch.cuda.memory_stats(), user metrics). Insertion order is the report's order; ranks that
 // reduce a dynamic report together must build the same keys in the same order, which the
 // reducers check (see reducer.hpp).
+//
+// The key list (names, their index, per-name hashes) is shared between copies and only cloned
+// when a copy adds a key, so a reduction's result reuses its input's keys: producing it costs
+// one vector of values, with no string work, whatever the key names.
 #include <bit>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -30,11 +36,42 @@ concept integer_stat = std::integral<T> && !std::same_as<T, bool> && !std::same_
                        !std::same_as<T, wchar_t>;
 
 class dynamic_report {
+  struct key_list {
+    std::vector<std::string> names;
+    std::vector<std::uint64_t> name_hashes;
+    std::map<std::string, std::size_t, std::less<>> index;
+  };
+
  public:
+  /// One key and its value, as seen through iteration or operator[] (views into the report).
   struct entry {
-    std::string name;
-    stats::value value;
-    friend bool operator==(entry const&, entry const&) = default;
+    std::string_view name;
+    stats::value const& value;
+  };
+
+  class iterator {
+   public:
+    using iterator_category = std::forward_iterator_tag;
+    using value_type = entry;
+    using difference_type = std::ptrdiff_t;
+    using reference = entry;
+    iterator() = default;
+    iterator(dynamic_report const* r, std::size_t i) : r_(r), i_(i) {}
+    entry operator*() const { return (*r_)[i_]; }
+    iterator& operator++() {
+      ++i_;
+      return *this;
+    }
+    iterator operator++(int) {
+      auto t = *this;
+      ++i_;
+      return t;
+    }
+    friend bool operator==(iterator const&, iterator const&) = default;
+
+   private:
+    dynamic_report const* r_ = nullptr;
+    std::size_t i_ = 0;
   };
 
   dynamic_report() = default;
@@ -60,20 +97,20 @@ class dynamic_report {
     return put(name, v);
   }
 
-  [[nodiscard]] std::size_t size() const noexcept { return entries_.size(); }
-  [[nodiscard]] bool empty() const noexcept { return entries_.empty(); }
-  [[nodiscard]] bool contains(std::string_view name) const { return index_.find(name) != index_.end(); }
+  [[nodiscard]] std::size_t size() const noexcept { return values_.size(); }
+  [[nodiscard]] bool empty() const noexcept { return values_.empty(); }
+  [[nodiscard]] bool contains(std::string_view name) const { return position(name).has_value(); }
 
   [[nodiscard]] std::optional<stats::value> find(std::string_view name) const {
-    auto const it = index_.find(name);
-    if (it == index_.end()) return std::nullopt;
-    return entries_[it->second].value;
+    auto const i = position(name);
+    if (!i) return std::nullopt;
+    return values_[*i];
   }
   /// The value of `name`; throws invalid_argument naming the key when absent.
   [[nodiscard]] stats::value const& at(std::string_view name) const {
-    auto const it = index_.find(name);
-    expects(it != index_.end(), "stats::dynamic_report: no key \"", name, "\" among ", size(), " keys");
-    return entries_[it->second].value;
+    auto const i = position(name);
+    expects(i.has_value(), "stats::dynamic_report: no key \"", name, "\" among ", size(), " keys");
+    return values_[*i];
   }
   /// The integer value of `name`; throws invalid_argument when absent or a double.
   [[nodiscard]] std::int64_t integer(std::string_view name) const {
@@ -88,22 +125,36 @@ class dynamic_report {
     return std::get<1>(v);
   }
 
-  [[nodiscard]] std::vector<entry> const& entries() const noexcept { return entries_; }
-  [[nodiscard]] auto begin() const noexcept { return entries_.begin(); }
-  [[nodiscard]] auto end() const noexcept { return entries_.end(); }
-  [[nodiscard]] entry const& operator[](std::size_t i) const { return entries_.at(i); }
+  /// Key i and its value; throws std::out_of_range past the end.
+  [[nodiscard]] entry operator[](std::size_t i) const { return {keys_->names.at(i), values_.at(i)}; }
+  [[nodiscard]] iterator begin() const noexcept { return {this, 0}; }
+  [[nodiscard]] iterator end() const noexcept { return {this, size()}; }
+  [[nodiscard]] std::vector<stats::value> const& values() const noexcept { return values_; }
 
-  /// Hash of (name, kind) of every key in order, as reduced by max.
+  /// A report with the same keys and the given values (one per key, any kinds): how reducers
+  /// build their result without touching the names.
+  [[nodiscard]] dynamic_report with_values(std::vector<stats::value> values) const {
+    expects(values.size() == size(), "stats::dynamic_report::with_values: ", values.size(), " values for ", size(),
+            " keys");
+    dynamic_report r;
+    r.keys_ = keys_;
+    r.values_ = std::move(values);
+    return r;
+  }
+
+  /// Hash of (name, kind) of every key in order, as reduced by max; equals the typed report's
+  /// schema_hash() for the same fields.
   [[nodiscard]] std::uint64_t schema_hash() const noexcept {
-    std::uint64_t h = detail::fnv_offset;
-    for (auto const& e : entries_) h = detail::hash_key(h, e.name, kind_of(e.value), reduce_op::max);
+    std::uint64_t h = detail::schema_seed;
+    for (std::size_t i = 0; i < values_.size(); ++i)
+      h = detail::hash_key(h, keys_->name_hashes[i], kind_of(values_[i]), reduce_op::max);
     return h;
   }
 
   /// Copy with every key renamed prefix + name (e.g. "memory/" for a dashboard).
   [[nodiscard]] dynamic_report prefixed(std::string_view prefix) const {
     dynamic_report r;
-    for (auto const& e : entries_) r.put(std::string(prefix) + e.name, e.value);
+    for (std::size_t i = 0; i < size(); ++i) r.put(std::string(prefix) + keys_->names[i], values_[i]);
     return r;
   }
 
@@ -112,41 +163,51 @@ class dynamic_report {
   friend bool operator==(dynamic_report const& a, dynamic_report const& b) noexcept {
     if (a.size() != b.size()) return false;
     for (std::size_t i = 0; i < a.size(); ++i) {
-      auto const& x = a.entries_[i];
-      auto const& y = b.entries_[i];
-      if (x.name != y.name || x.value.index() != y.value.index()) return false;
-      if (x.value.index() == 0 ? std::get<0>(x.value) != std::get<0>(y.value)
-                               : std::bit_cast<std::uint64_t>(std::get<1>(x.value)) !=
-                                     std::bit_cast<std::uint64_t>(std::get<1>(y.value)))
+      auto const& x = a.values_[i];
+      auto const& y = b.values_[i];
+      if (x.index() != y.index()) return false;
+      if (x.index() == 0 ? std::get<0>(x) != std::get<0>(y)
+                         : std::bit_cast<std::uint64_t>(std::get<1>(x)) != std::bit_cast<std::uint64_t>(std::get<1>(y)))
         return false;
     }
-    return true;
+    return a.keys_ == b.keys_ || a.keys_->names == b.keys_->names;
   }
 
   friend std::ostream& operator<<(std::ostream& os, dynamic_report const& r) {
     os << "{";
     for (std::size_t i = 0; i < r.size(); ++i) {
-      os << (i == 0 ? "" : ", ") << r.entries_[i].name << ": ";
-      print_value(os, r.entries_[i].value);
+      os << (i == 0 ? "" : ", ") << r.keys_->names[i] << ": ";
+      print_value(os, r.values_[i]);
     }
     return os << "}";
   }
 
  private:
+  [[nodiscard]] std::optional<std::size_t> position(std::string_view name) const {
+    if (!keys_) return std::nullopt;
+    auto const it = keys_->index.find(name);
+    if (it == keys_->index.end()) return std::nullopt;
+    return it->second;
+  }
+
   dynamic_report& put(std::string_view name, stats::value v) {
     expects(!name.empty(), "stats::dynamic_report::set: empty key name");
-    auto const it = index_.find(name);
-    if (it != index_.end()) {
-      entries_[it->second].value = v;
-    } else {
-      index_.emplace(std::string(name), entries_.size());
-      entries_.push_back({std::string(name), v});
+    if (auto const i = position(name)) {
+      values_[*i] = v;
+      return *this;
     }
+    // A new key: clone the key list first if another report shares it.
+    auto keys = (keys_ && keys_.use_count() == 1) ? keys_ : std::make_shared<key_list>(keys_ ? *keys_ : key_list{});
+    keys->index.emplace(std::string(name), keys->names.size());
+    keys->names.emplace_back(name);
+    keys->name_hashes.push_back(detail::hash_name(name));
+    values_.push_back(v);
+    keys_ = std::move(keys);
     return *this;
   }
 
-  std::vector<entry> entries_;
-  std::map<std::string, std::size_t, std::less<>> index_;
+  std::shared_ptr<key_list> keys_;
+  std::vector<stats::value> values_;
 };
 
 }  // namespace headroom::stats

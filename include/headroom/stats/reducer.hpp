@@ -51,7 +51,10 @@ class reducer {
   using nan_type = Nan;
   using empty_type = Empty;
 
-  explicit reducer(reduce_plan plan, Staging staging = Staging{}) : plan_(plan), staging_(std::move(staging)) {}
+  /// Host buffers for the packed words are sized from the plan here, once; a reducer is meant
+  /// to be built once and reused every step (one per thread: calls are not synchronised).
+  explicit reducer(reduce_plan plan, Staging staging = Staging{})
+      : plan_(plan), staging_(std::move(staging)), send_(plan.max_words()), recv_(plan.max_words()) {}
 
   [[nodiscard]] reduce_plan const& plan() const noexcept { return plan_; }
   [[nodiscard]] Staging& staging() noexcept { return staging_; }
@@ -124,10 +127,10 @@ class reducer {
       return r;
     }
     int const rank = comm.rank();
-    std::vector<std::int64_t> words(plan_.max_words());
-    std::vector<std::int64_t> result(plan_.max_words());
-    detail::pack_max(r, writer, Nan::propagates, std::span<std::int64_t>(words));
-    staging_.all_reduce_max(comm, std::span<std::int64_t const>(words), std::span<std::int64_t>(result), s);
+    std::span<std::int64_t> const words(send_.data(), plan_.max_words());
+    std::span<std::int64_t> const result(recv_.data(), plan_.max_words());
+    detail::pack_max(r, writer, Nan::propagates, words);
+    staging_.all_reduce_max(comm, std::span<std::int64_t const>(words), result, s);
     int const agreed_writer =
         detail::check_max_header(r, std::span<std::int64_t const>(result), plan_.capacity(), rank, size, max_name);
     if (agreed_writer != -1 && agreed_writer != rank) return std::nullopt;
@@ -144,10 +147,12 @@ class reducer {
     }
     int const rank = comm.rank();
     std::size_t const per_rank = plan_.gather_words_per_rank();
-    std::vector<std::int64_t> words(per_rank);
-    std::vector<std::int64_t> all(plan_.gather_words(size));
-    detail::pack_gather(r, writer, std::span<std::int64_t>(words));
-    staging_.all_gather(comm, std::span<std::int64_t const>(words), std::span<std::int64_t>(all), s);
+    std::size_t const total = plan_.gather_words(size);
+    if (gather_recv_.size() < total) gather_recv_.resize(total);
+    std::span<std::int64_t> const words(send_.data(), per_rank);
+    std::span<std::int64_t> const all(gather_recv_.data(), total);
+    detail::pack_gather(r, writer, words);
+    staging_.all_gather(comm, std::span<std::int64_t const>(words), all, s);
     std::span<std::int64_t const> const view(all);
     int const agreed_writer = detail::check_gather_headers(r, view, per_rank, plan_.capacity(), rank, size, gather_name);
     if (agreed_writer != -1 && agreed_writer != rank) return std::nullopt;
@@ -164,6 +169,9 @@ class reducer {
 
   reduce_plan plan_;
   Staging staging_;
+  std::vector<std::int64_t> send_;         // max_words >= gather_words_per_rank
+  std::vector<std::int64_t> recv_;
+  std::vector<std::int64_t> gather_recv_;  // grown to the group size on first gather
 };
 
 // ---- one-call forms for communicators over host memory (thread_group, MPI) -----------------

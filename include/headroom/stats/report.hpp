@@ -82,8 +82,8 @@ class report {
 
   /// Compile-time hash of (name, kind, op) of every field, in order.
   static constexpr std::uint64_t schema_hash() noexcept {
-    std::uint64_t h = detail::fnv_offset;
-    for (std::size_t i = 0; i < size(); ++i) h = detail::hash_key(h, names[i], kinds[i], ops[i]);
+    std::uint64_t h = detail::schema_seed;
+    for (std::size_t i = 0; i < size(); ++i) h = detail::hash_key(h, detail::hash_name(names[i]), kinds[i], ops[i]);
     return h;
   }
 

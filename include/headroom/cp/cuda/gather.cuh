@@ -52,7 +52,9 @@ __global__ void finish_token_mean_kernel(double* stats, int cp_size, bool replic
 }  // namespace detail
 
 /// Device gather: every rank's [local_rows, w] -> [global_rows, w] in sequence order on every
-/// rank. The all-gather moves bytes, so any trivially copyable element works.
+/// rank. The all-gather moves bytes, so any trivially copyable element works. The workspace
+/// works as in cp::gather: [global_rows, w] for one all-gather, or fewer rows (at least the
+/// longest padded sequence, the same on every rank) for a chunked gather with bounded memory.
 template <vector_policy_type V = vector_policy::widest, device_communicator C, layout_policy L, row_element T,
           cu_index I>
 void gather(C& comm, partition<L> const& p, device_cu<I> cu, matrix_view<T const> local, matrix_view<T> out,
@@ -66,13 +68,29 @@ void gather(C& comm, partition<L> const& p, device_cu<I> cu, matrix_view<T const
   if constexpr (std::same_as<L, contiguous>) {
     comm.all_gather(detail::bytes_of(local), detail::bytes_of(out), s);
   } else {
-    cp::detail::expect_shape(workspace, p.global_rows(), local.width, op, "workspace");
+    bool const chunked = workspace.rows < p.global_rows();
+    expects(workspace.width == local.width, op, ": workspace has width ", workspace.width, ", expected ", local.width);
+    if (chunked)
+      expects(workspace.rows >= p.longest_sequence(), op, ": workspace has ", workspace.rows,
+              " rows, expected at least the longest padded sequence (", p.longest_sequence(), " rows) or all ",
+              p.global_rows(), " rows");
     cp::detail::expect_disjoint(local, workspace, op);
     cp::detail::expect_disjoint(out, workspace, op);
-    // Check the reorder's vector width before the collective, so a bad call issues nothing.
-    static_cast<void>(plan_copy<V>(local.row_bytes(), {{"workspace", workspace.data}, {"output", out.data}}, op));
-    comm.all_gather(detail::bytes_of(local), detail::bytes_of(workspace), s);
-    to_sequence_order<V>(p, cu, matrix_view<T const>(workspace), out, s);
+    // Check the reorder's vector width before the first collective, so a bad call issues nothing.
+    auto const plan = plan_copy<V>(local.row_bytes(), {{"workspace", workspace.data}, {"output", out.data}}, op);
+    auto const chunks = plan_gather_chunks(p, chunked ? workspace.rows : 0);
+    std::size_t const row = local.row_bytes();
+    for (auto const& c : chunks) {
+      std::int64_t const local0 = c.global_begin / p.cp_size();
+      std::int64_t const block = c.rows() / p.cp_size();
+      comm.all_gather(std::span<std::byte const>(reinterpret_cast<std::byte const*>(local.row(local0)),
+                                                 static_cast<std::size_t>(block) * row),
+                      std::span<std::byte>(reinterpret_cast<std::byte*>(workspace.data), static_cast<std::size_t>(c.rows()) * row),
+                      s);
+      detail::sequence_order_source<L, I> src{cu.data,     p.sequences(), p.global_rows(), p.cp_size(),
+                                              c.global_begin, local0,      block};
+      detail::launch_copy_rows(src, workspace.data, out.row(c.global_begin), c.rows(), plan, {}, s, op);
+    }
   }
 }
 
@@ -107,17 +125,18 @@ template <gather_output_policy G, vector_policy_type V = vector_policy::widest, 
           layout_policy L, row_element T, row_element U, cu_index I, class R, class Fn = no_per_token>
   requires stream_resource<std::remove_cvref_t<R>, stream_view>
 auto collect_output(C& comm, partition<L> const& p, device_cu<I> cu, matrix_view<T const> local, matrix_view<U> out,
-                    R&& mr, stream_view s, Fn&& per_token = {}) {
+                    R&& mr, stream_view s, Fn&& per_token = {}, output_options const& opts = {}) {
   using buffer = cp::detail::scoped_buffer<std::remove_reference_t<R>, stream_view>;
   if constexpr (std::same_as<G, gather_output::none>) {
-    static_cast<void>(cu), static_cast<void>(out), static_cast<void>(mr), static_cast<void>(s);
+    static_cast<void>(cu), static_cast<void>(out), static_cast<void>(mr), static_cast<void>(s), static_cast<void>(opts);
     cp::detail::expect_group(comm, p, "cp::cuda::collect_output<none>");
     cp::detail::expect_shape(local, p.local_rows(), local.width, "cp::cuda::collect_output<none>", "local output");
     return stage_output<T const>{local, p.local_cu_seqlens(), true};
   } else if constexpr (std::same_as<G, gather_output::full>) {
     static_assert(std::same_as<T, U>, "gather_output::full gathers the model output itself: out must have its element type");
-    buffer w(mr, s, static_cast<std::size_t>(gather_workspace_rows(p)) * local.row_bytes());
-    gather<V>(comm, p, cu, local, out, w.template as<T>(gather_workspace_rows(p), local.width), s);
+    std::int64_t const ws_rows = gather_workspace_rows(p, opts.max_workspace_rows);
+    buffer w(mr, s, static_cast<std::size_t>(ws_rows) * local.row_bytes());
+    gather<V>(comm, p, cu, local, out, w.template as<T>(ws_rows, local.width), s);
     return stage_output<U>{out, p.global_cu_seqlens(), false};
   } else {
     static_assert(!std::same_as<std::remove_cvref_t<Fn>, no_per_token>,
@@ -130,10 +149,11 @@ auto collect_output(C& comm, partition<L> const& p, device_cu<I> cu, matrix_view
     cp::detail::expect_shape(out, p.global_rows(), out.width, op, "per-token output");
     auto const row = static_cast<std::size_t>(out.width) * sizeof(U);
     buffer vec(mr, s, static_cast<std::size_t>(p.local_rows()) * row);
-    buffer w(mr, s, static_cast<std::size_t>(gather_workspace_rows(p)) * row);
+    std::int64_t const ws_rows = gather_workspace_rows(p, opts.max_workspace_rows);
+    buffer w(mr, s, static_cast<std::size_t>(ws_rows) * row);
     auto const vectors = vec.template as<U>(p.local_rows(), out.width);
     std::invoke(per_token, local, vectors, s);
-    gather<V>(comm, p, cu, matrix_view<U const>(vectors), out, w.template as<U>(gather_workspace_rows(p), out.width), s);
+    gather<V>(comm, p, cu, matrix_view<U const>(vectors), out, w.template as<U>(ws_rows, out.width), s);
     return stage_output<U>{out, p.global_cu_seqlens(), false};
   }
 }

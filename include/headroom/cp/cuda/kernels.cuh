@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "headroom/cp/copy_plan.hpp"
 #include "headroom/cp/cu_seqlens.hpp"
 #include "headroom/cp/layout.hpp"
 #include "headroom/cp/padding.hpp"
@@ -83,17 +84,20 @@ struct split_source {
 };
 
 /// gather-reorder: global row g (sequence order) <- row of the rank-major all-gather buffer.
+/// A chunked gather reorders the rows [row0, row0 + out_rows) of one chunk of whole sequences:
+/// its buffer holds `block` rows per rank, starting at each rank's local row `local0`.
 template <class Layout, class I>
 struct sequence_order_source {
   static constexpr bool may_fill = false;
   I const* cu;
   std::int64_t nseq, total;
   int cp;
+  std::int64_t row0 = 0, local0 = 0, block = 0;  // block = total / cp for a whole gather
   [[nodiscard]] std::size_t shared_bytes() const noexcept { return staged_bytes<I>(nseq + 1); }
   __device__ void stage(unsigned char* smem, bool use_shared) { cu = stage_array(cu, nseq + 1, smem, use_shared); }
   __device__ __forceinline__ std::int64_t operator()(std::int64_t g) const {
-    owned_row const o = Layout::owner(cu, nseq, total, cp, g);
-    return o.rank * (total / cp) + o.local_row;
+    owned_row const o = Layout::owner(cu, nseq, total, cp, row0 + g);
+    return o.rank * block + (o.local_row - local0);
   }
 };
 
@@ -160,7 +164,8 @@ struct pad_split_source {
 template <class V, class Source>
 __global__ void __launch_bounds__(block_threads)
     copy_rows_kernel(Source source, V const* __restrict__ in, V* __restrict__ out, std::int64_t out_rows,
-                     std::uint32_t vectors_per_row, std::uint32_t rows_per_tile, bool stage_cu, fill_pattern fill) {
+                     cp::detail::fast_divmod vectors_per_row, std::uint32_t rows_per_tile, bool stage_cu,
+                     fill_pattern fill) {
   extern __shared__ __align__(16) unsigned char shared[];
   auto* const src_rows = reinterpret_cast<std::int64_t*>(shared);
   source.stage(shared + (static_cast<std::size_t>(rows_per_tile) * sizeof(std::int64_t) + 15) / 16 * 16, stage_cu);
@@ -172,21 +177,22 @@ __global__ void __launch_bounds__(block_threads)
     auto const rows = static_cast<std::uint32_t>(left < rows_per_tile ? left : rows_per_tile);
     for (std::uint32_t i = threadIdx.x; i < rows; i += blockDim.x) src_rows[i] = source(row0 + i);
     __syncthreads();
-    std::uint32_t const items = rows * vectors_per_row;
-    V* const out_tile = out + row0 * static_cast<std::int64_t>(vectors_per_row);
+    std::uint32_t const vpr = vectors_per_row.divisor();
+    std::uint32_t const items = rows * vpr;
+    V* const out_tile = out + row0 * static_cast<std::int64_t>(vpr);
     for (std::uint32_t base = threadIdx.x; base < items; base += block_threads * unroll) {
       V regs[unroll];
 #pragma unroll
       for (int k = 0; k < unroll; ++k) {
         std::uint32_t const i = base + static_cast<std::uint32_t>(k) * block_threads;
         if (i < items) {
-          std::uint32_t const r = i / vectors_per_row;
-          std::uint32_t const v = i - r * vectors_per_row;
+          std::uint32_t r = 0, v = 0;
+          vectors_per_row.divide(i, r, v);
           std::int64_t const s = src_rows[r];
           if constexpr (Source::may_fill)
-            regs[k] = s >= 0 ? in[s * vectors_per_row + v] : fill.template vector<V>(v);
+            regs[k] = s >= 0 ? in[s * vpr + v] : fill.template vector<V>(v);
           else
-            regs[k] = in[s * vectors_per_row + v];
+            regs[k] = in[s * vpr + v];
         }
       }
 #pragma unroll

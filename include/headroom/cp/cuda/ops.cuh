@@ -81,8 +81,9 @@ template <class Source>
 void launch_copy_rows(Source source, void const* in, void* out, std::int64_t out_rows, copy_plan const& plan,
                       fill_pattern const& fill, stream_view s, char const* op) {
   if (out_rows == 0) return;
-  expects(plan.vectors_per_row <= (std::int64_t{1} << 31), op, ": rows of ", plan.row_bytes,
-          " bytes are too wide for one tile (at most 2^31 vectors per row)");
+  // Tile indices are 32-bit and divided with fast_divmod (exact below 2^31).
+  expects(plan.vectors_per_row < (std::int64_t{1} << 30), op, ": rows of ", plan.row_bytes,
+          " bytes are too wide (at most 2^30 - 1 vectors per row)");
   auto const vpr = static_cast<std::uint32_t>(plan.vectors_per_row);
   std::uint32_t rows_per_tile = std::max<std::uint32_t>(1, target_vectors_per_tile / vpr);
   rows_per_tile = std::min(rows_per_tile, max_rows_per_tile);
@@ -93,19 +94,21 @@ void launch_copy_rows(Source source, void const* in, void* out, std::int64_t out
   bool const stage = tile_bytes + source.shared_bytes() <= 48 * 1024;
   std::size_t const shared = tile_bytes + (stage ? source.shared_bytes() : 0);
 
-  int device = 0, sms = 0, per_sm = 0;
+  // Grid: as many blocks as the device keeps resident at full thread occupancy (two device
+  // attribute reads, no occupancy query on the launch path); a grid-stride loop covers the rest.
+  int device = 0, sms = 0, threads_per_sm = 0;
   HEADROOM_CUDA_TRY(cudaGetDevice(&device));
   HEADROOM_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  HEADROOM_CUDA_TRY(cudaDeviceGetAttribute(&threads_per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, device));
   std::int64_t const tiles = (out_rows + rows_per_tile - 1) / rows_per_tile;
+  std::int64_t const resident = static_cast<std::int64_t>(sms) * std::max(threads_per_sm / block_threads, 1);
+  auto const grid = static_cast<unsigned>(std::min(tiles, resident));
 
   auto go = [&](auto vector_tag) {
     using V = typename decltype(vector_tag)::type;
-    auto kernel = copy_rows_kernel<V, Source>;
-    HEADROOM_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block_threads, shared));
-    std::int64_t const resident = static_cast<std::int64_t>(sms) * std::max(per_sm, 1);
-    auto const grid = static_cast<unsigned>(std::min(tiles, resident));
-    kernel<<<grid, block_threads, shared, s.get()>>>(source, static_cast<V const*>(in), static_cast<V*>(out), out_rows, vpr,
-                                                     rows_per_tile, stage, fill);
+    copy_rows_kernel<V, Source><<<grid, block_threads, shared, s.get()>>>(
+        source, static_cast<V const*>(in), static_cast<V*>(out), out_rows, cp::detail::fast_divmod(vpr), rows_per_tile, stage,
+        fill);
     HEADROOM_CUDA_CHECK_LAST();
   };
   switch (plan.vector_bytes) {
@@ -171,7 +174,7 @@ void to_sequence_order(partition<L> const& p, device_cu<I> cu, matrix_view<T con
   cp::detail::expect_disjoint(rank_major, sequence, op);
   auto const plan =
       plan_copy<V>(rank_major.row_bytes(), {{"rank-major input", rank_major.data}, {"sequence-order output", sequence.data}}, op);
-  detail::sequence_order_source<L, I> src{cu.data, p.sequences(), p.global_rows(), p.cp_size()};
+  detail::sequence_order_source<L, I> src{cu.data, p.sequences(), p.global_rows(), p.cp_size(), 0, 0, p.local_rows()};
   detail::launch_copy_rows(src, rank_major.data, sequence.data, p.global_rows(), plan, {}, s, op);
 }
 

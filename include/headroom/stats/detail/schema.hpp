@@ -1,8 +1,9 @@
 #pragma once
-// The schema of a report, hashed: FNV-1a 64 over every key's name, element kind and op, in
-// order. Two ranks agree on a report's shape when their (hash, key count) agree; the reducers
-// fold both into their one collective. (A collision of two different schemas needs a 64-bit
-// FNV collision between key lists, which we accept.)
+// The schema of a report, hashed: each key's name is hashed once (FNV-1a 64, cached by dynamic
+// reports, constexpr for typed ones), then the per-key name hashes, element kinds and ops are
+// mixed in order with a multiply-xorshift step. Two ranks agree on a report's shape when their
+// (hash, key count) agree; the reducers fold both into their one collective. (Two different
+// schemas colliding needs a 64-bit hash collision, which we accept.)
 #include <cstdint>
 #include <string_view>
 
@@ -11,18 +12,22 @@
 
 namespace headroom::stats::detail {
 
-inline constexpr std::uint64_t fnv_offset = 0xcbf29ce484222325ULL;
-inline constexpr std::uint64_t fnv_prime = 0x100000001b3ULL;
+inline constexpr std::uint64_t schema_seed = 0xcbf29ce484222325ULL;
 
-[[nodiscard]] constexpr std::uint64_t fnv_byte(std::uint64_t h, unsigned char c) noexcept { return (h ^ c) * fnv_prime; }
+[[nodiscard]] constexpr std::uint64_t hash_name(std::string_view name) noexcept {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (char c : name) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
+  return h;
+}
 
-/// Folds one key into a running schema hash.
-[[nodiscard]] constexpr std::uint64_t hash_key(std::uint64_t h, std::string_view name, value_kind kind,
+/// Folds one key (its name's hash, kind and op) into a running schema hash.
+[[nodiscard]] constexpr std::uint64_t hash_key(std::uint64_t h, std::uint64_t name_hash, value_kind kind,
                                                reduce_op op) noexcept {
-  for (char c : name) h = fnv_byte(h, static_cast<unsigned char>(c));
-  h = fnv_byte(h, 0);  // separator: {"ab","c"} and {"a","bc"} differ
-  h = fnv_byte(h, static_cast<unsigned char>(kind));
-  return fnv_byte(h, static_cast<unsigned char>(op));
+  std::uint64_t const tag = (static_cast<std::uint64_t>(kind) << 8) | static_cast<std::uint64_t>(op);
+  h = (h ^ name_hash) * 0x9e3779b97f4a7c15ULL;
+  h ^= h >> 29;
+  h = (h ^ tag) * 0xbf58476d1ce4e5b9ULL;
+  return h ^ (h >> 32);
 }
 
 }  // namespace headroom::stats::detail

@@ -34,7 +34,7 @@ struct report_access<dynamic_report> {
   static std::string_view name(dynamic_report const& r, std::size_t i) { return r[i].name; }
   static value_kind kind(dynamic_report const& r, std::size_t i) { return kind_of(r[i].value); }
   static reduce_op op(dynamic_report const&, std::size_t) noexcept { return reduce_op::max; }
-  static stats::value get(dynamic_report const& r, std::size_t i) { return r[i].value; }
+  static stats::value const& get(dynamic_report const& r, std::size_t i) { return r.values()[i]; }
 };
 
 template <class... Fs>
@@ -152,10 +152,10 @@ template <class R>
     });
     return result;
   } else {
-    dynamic_report result;
-    for (std::size_t i = 0; i < A::size(like); ++i)
-      result.set(A::name(like, i), decode_value(values[i], A::kind(like, i), A::op(like, i)));
-    return result;
+    std::vector<stats::value> result;
+    result.reserve(A::size(like));
+    for (std::size_t i = 0; i < A::size(like); ++i) result.push_back(decode_value(values[i], A::kind(like, i), A::op(like, i)));
+    return like.with_values(std::move(result));  // shares the input's key names
   }
 }
 
