@@ -1,12 +1,17 @@
 #!/usr/bin/env python3
 """Plots the memory trace of bench_lifetime_forum (and optionally bench/lifetime_forum.py).
 
-    python3 bench/lifetime_plot.py TRACE.csv [OUT.png] [--rank R] [--torch TORCH_TRACE.csv]
+    python3 bench/lifetime_plot.py [TRACE.csv [OUT.png]] [--rank R] [--torch TORCH_TRACE.csv]
+
+Without arguments it reads the traces where bench_lifetime_forum and bench/lifetime_forum.py write
+them by default ($OUT/ when OUT is set, else ./) and writes $OUT/lifetime_memory.png (or
+docs/img/lifetime_memory.png); when no trace is there yet it says so and exits 0, so that a batch
+that runs every bench/*.py before the C++ benchmarks does not fail on it.
 
 TRACE.csv has the columns policy,rank,iteration,layer,t_ms,used_bytes,reserved_bytes (one row per
 layer, sampled from the host after the layer was issued). The figure has two panels, bytes in use
 and bytes reserved by the pool, one line per policy against the layer step (iteration x layers +
-layer), for one rank (default 0). Default output: docs/img/lifetime_memory.png.
+layer), for one rank (default 0).
 """
 import argparse
 import csv
@@ -46,11 +51,22 @@ def read_trace(path, rank, prefix=""):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("trace")
-    ap.add_argument("out", nargs="?", default=os.path.join("docs", "img", "lifetime_memory.png"))
+    out_dir = os.environ.get("OUT")
+    default_dir = out_dir if out_dir else "."
+    ap.add_argument("trace", nargs="?", help="trace CSV of bench_lifetime_forum")
+    ap.add_argument("out", nargs="?", default=os.path.join(out_dir, "lifetime_memory.png") if out_dir
+                    else os.path.join("docs", "img", "lifetime_memory.png"))
     ap.add_argument("--rank", type=int, default=0)
     ap.add_argument("--torch", help="trace CSV of bench/lifetime_forum.py, drawn with thin lines")
     args = ap.parse_args()
+    if args.trace is None:
+        args.trace = os.path.join(default_dir, "lifetime_memory_trace.csv")
+        if not os.path.exists(args.trace):
+            print(f"lifetime_plot: no trace at {args.trace}; run bench_lifetime_forum first (nothing plotted)")
+            return
+        torch_trace = os.path.join(default_dir, "lifetime_memory_trace_torch.csv")
+        if args.torch is None and os.path.exists(torch_trace):
+            args.torch = torch_trace
 
     import matplotlib
 

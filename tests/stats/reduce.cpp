@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -269,6 +270,11 @@ TEST_CASE("gather: per-rank table with max, min, mean and argmax; ties go to the
     CHECK(t.at("neg").mean == doctest::Approx(-3.5));
     for (int q = 0; q < 8; ++q) CHECK(peak.per_rank[static_cast<std::size_t>(q)] == hs::value(std::int64_t{100} - 10 * q));
     CHECK(t.maxima() == hs::max(in, c, hs::reduce_plan(4)));
+    std::ostringstream printed;
+    printed << t;
+    CHECK(printed.str().find("max (rank)") != std::string::npos);
+    CHECK(printed.str().find("100 (0)") != std::string::npos);  // stage_peak's max and its holder
+    CHECK(printed.str().find("rank 7") != std::string::npos);
     CHECK_THROWS_WITH_AS(static_cast<void>(t.at("nope")), doctest::Contains("no key \"nope\""), headroom::invalid_argument);
   });
 }

@@ -246,3 +246,16 @@ TEST_CASE("CUDA sources: cudaMemGetInfo, cudaMemPool_t attributes and the statis
     s.synchronize();
   });
 }
+
+TEST_CASE("CUDA bad input: null pools, unknown devices, misaligned workspaces name the value") {
+  REQUIRE_MESSAGE(hc::device_count() >= 1, "needs a GPU");
+  CHECK_THROWS_WITH_AS(static_cast<void>(hs::cuda::mem_pool_stats(static_cast<cudaMemPool_t>(nullptr))),
+                       doctest::Contains("null cudaMemPool_t"), headroom::invalid_argument);
+  CHECK_THROWS_WITH_AS(hs::cuda::reset_mem_pool_peaks(nullptr), doctest::Contains("null cudaMemPool_t"),
+                       headroom::invalid_argument);
+  CHECK_THROWS_WITH_AS(static_cast<void>(hs::cuda::device_memory(hc::device_count() + 7)), doctest::Contains("out of range"),
+                       headroom::invalid_argument);
+  hc::stream s;
+  hs::workspace<hc::device_resource, hc::stream_view> dev(hc::device_resource{}, s.view(), 1024);
+  CHECK_THROWS_WITH_AS(staging(dev.bytes().subspan(1)), doctest::Contains("is not 8-byte aligned"), headroom::invalid_argument);
+}

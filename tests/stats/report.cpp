@@ -6,6 +6,7 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "headroom/stats/dynamic_report.hpp"
 #include "headroom/stats/keys.hpp"
@@ -96,6 +97,8 @@ TEST_CASE("dynamic report: bad input names the key and what was expected") {
   CHECK_THROWS_WITH_AS(r.set("huge", std::numeric_limits<std::uint64_t>::max()),
                        doctest::Contains("18446744073709551615 does not fit in int64"), headroom::invalid_argument);
   CHECK(r.size() == 2);  // nothing was added by the failed calls
+  CHECK_THROWS_WITH_AS(static_cast<void>(r.with_values({hs::value(std::int64_t{1})})),
+                       doctest::Contains("1 values for 2 keys"), headroom::invalid_argument);
   r.set("edge", static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()));
   CHECK(r.integer("edge") == std::numeric_limits<std::int64_t>::max());
 }
@@ -117,4 +120,26 @@ TEST_CASE("torch key names and the ready-made typed reports") {
   static_assert(hs::memory_report::contains<"reserved_bytes.all.peak">);
   static_assert(hs::allocator_report::contains<"allocation.all.freed">);
   static_assert(hs::allocator_report::size() == 9);
+}
+
+TEST_CASE("with_values shares the key list; adding a key to a copy does not change the original") {
+  hs::dynamic_report a;
+  a.set("x", 1).set("y", 2.0);
+  auto b = a.with_values({hs::value(std::int64_t{5}), hs::value(-1.0)});
+  CHECK(b.integer("x") == 5);
+  CHECK(b.real("y") == -1.0);
+  CHECK(a.integer("x") == 1);
+  b.set("z", 3);  // clones the shared key list first
+  CHECK(b.size() == 3);
+  CHECK(a.size() == 2);
+  CHECK_FALSE(a.contains("z"));
+  auto c = a;
+  c.set("x", 9);  // an existing key: values only
+  CHECK(a.integer("x") == 1);
+  CHECK(c.schema_hash() == a.schema_hash());
+  c.set("x", 9.0);  // same name, other kind: another schema
+  CHECK(c.schema_hash() != a.schema_hash());
+  std::vector<std::string> names;
+  for (auto const& e : b) names.emplace_back(e.name);
+  CHECK(names == std::vector<std::string>{"x", "y", "z"});
 }

@@ -2,6 +2,8 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <cstddef>
+#include <climits>
 #include <cstring>
 #include <new>
 #include <thread>
@@ -114,6 +116,9 @@ TEST_CASE("an upstream failure is counted in num_ooms and rethrown unchanged; no
   void* p = mr.allocate(s, 100, 8);
   mr.deallocate(s, p, 100, 8);
   CHECK(mr.allocations().total == 1);
+  CHECK_THROWS_WITH_AS(static_cast<void>(mr.allocate(s, SIZE_MAX, 8)), doctest::Contains("exceed what an int64 counter holds"),
+                       headroom::invalid_argument);
+  CHECK(mr.failed_allocations() == 2);  // rejected before upstream was asked
 }
 
 TEST_CASE("8 threads allocating through one adaptor: counts stay exact") {

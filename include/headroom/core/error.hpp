@@ -73,7 +73,7 @@ template <class... Parts>
 
 /// Throws `E` with the concatenation of `parts` when `condition` is false.
 template <class E = invalid_argument, class... Parts>
-void expects(bool condition, Parts const&... parts) {
+constexpr void expects(bool condition, Parts const&... parts) {
   if (!condition) throw E(detail::concat(parts...));
 }
 

@@ -19,10 +19,10 @@
 //
 // Failure handling: NCCL failures throw nccl_error with NCCL's texts (see check.hpp).
 // check_async() polls ncclCommGetAsyncError. abort() calls ncclCommAbort: kernels of this
-// communicator in flight stop, and every later call on it throws group_aborted without touching
-// NCCL. abort() may be called from another thread (it is what launch_per_device does when a
-// rank fails); it is a last resort: NCCL frees the communicator, so a call racing with it on
-// another thread is undefined.
+// communicator in flight stop, and every later call on it (but rank, size, device) throws
+// group_aborted without touching NCCL. abort() may be called from another thread (it is what
+// launch_per_device does when a rank fails); it is a last resort: NCCL frees the communicator,
+// so a call racing with it on another thread is undefined.
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -173,10 +173,11 @@ class communicator {
   explicit operator bool() const noexcept { return valid(); }
   [[nodiscard]] bool aborted() const noexcept { return state_ && state_->aborted.load(); }
 
-  [[nodiscard]] int rank() const { return live("rank").rank; }
-  [[nodiscard]] int size() const { return live("size").size; }
+  // rank, size and device stay readable after abort() (for error reports); the rest throws.
+  [[nodiscard]] int rank() const { return held("rank").rank; }
+  [[nodiscard]] int size() const { return held("size").size; }
   /// The CUDA device of this rank.
-  [[nodiscard]] int device() const { return live("device").device; }
+  [[nodiscard]] int device() const { return held("device").device; }
   /// The raw handle, for NCCL calls headroom does not wrap. Do not destroy it.
   [[nodiscard]] ncclComm_t get() const { return live("get").comm; }
 
@@ -381,9 +382,13 @@ class communicator {
     HEADROOM_NCCL_TRY(ncclCommCuDevice(comm, &state_->device), comm);
   }
 
-  detail::comm_state& live(char const* what) const {
+  detail::comm_state& held(char const* what) const {
     expects<logic_error>(state_ != nullptr, "nccl::communicator::", what,
                          ": empty communicator (default-constructed, moved from, or a no_color split)");
+    return *state_;
+  }
+  detail::comm_state& live(char const* what) const {
+    held(what);
     if (state_->aborted.load())
       throw group_aborted(headroom::detail::concat("nccl::communicator::", what, ": rank ", state_->rank,
                                                    " was aborted (ncclCommAbort)"));

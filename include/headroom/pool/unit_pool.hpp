@@ -45,6 +45,15 @@
 
 namespace headroom::pool {
 
+namespace detail {
+/// Throws E with the concatenated parts. For hot paths: `if (!ok) [[unlikely]] fail<E>(...)`
+/// keeps the message arguments out of the common path.
+template <class E, class... Parts>
+[[noreturn]] void fail(Parts const&... parts) {
+  throw E(headroom::detail::concat(parts...));
+}
+}  // namespace detail
+
 struct pool_stats {
   std::size_t slots_total = 0;
   std::size_t slots_in_use = 0;
@@ -103,9 +112,9 @@ class unit_pool {
     /// held forever. Release it first.
     lease& operator=(lease&& o) {
       if (this == &o) return *this;
-      expects<logic_error>(pool_ == nullptr, "unit_pool::lease: move-assigning over a lease that still holds ",
-                           pool_ != nullptr ? pool_->describe_target(target_) : target_name{nullptr, 0},
-                           "; release it first");
+      if (pool_ != nullptr) [[unlikely]]
+        detail::fail<logic_error>("unit_pool::lease: move-assigning over a lease that still holds ",
+                                  pool_->describe_target(target_), "; release it first");
       pool_ = std::exchange(o.pool_, nullptr);
       target_ = o.target_;
       epoch_ = o.epoch_;
@@ -166,8 +175,8 @@ class unit_pool {
     friend class unit_pool;
     lease(unit_pool* p, std::uint32_t t, std::uint64_t e) noexcept : pool_(p), target_(t), epoch_(e) {}
     void check(char const* what) const {
-      expects<logic_error>(pool_ != nullptr, "unit_pool::lease::", what,
-                           ": lease is empty (released or moved from)");
+      if (pool_ == nullptr) [[unlikely]]
+        detail::fail<logic_error>("unit_pool::lease::", what, ": lease is empty (released or moved from)");
     }
     unit_pool* pool_ = nullptr;
     std::uint32_t target_ = 0;
@@ -225,8 +234,9 @@ class unit_pool {
   /// unit and capacity_error when a bucket finds every candidate slot held (naming them and
   /// their holders); nothing changes when it throws.
   [[nodiscard]] lease acquire(std::size_t u, Stream const& s) {
-    expects(u < unit_count_, "unit_pool::acquire: unit ", u, " out of range [0, ", unit_count_, ") of plan '",
-            plan_.workload_name, "'");
+    if (u >= unit_count_) [[unlikely]]
+      detail::fail<invalid_argument>("unit_pool::acquire: unit ", u, " out of range [0, ", unit_count_, ") of plan '",
+                                     plan_.workload_name, "'");
     return acquire_target(static_cast<std::uint32_t>(u), s);
   }
   /// Leases non-unit bucket `b` (always served by the NonUnit policy).
@@ -242,14 +252,17 @@ class unit_pool {
   /// Throws logic_error for an empty lease (double release), invalid_argument for a lease of
   /// another pool.
   void release(lease& l, Stream const& s) {
-    expects<logic_error>(l.pool_ != nullptr, "unit_pool::release: lease is empty (already released or moved from)");
-    expects(l.pool_ == this, "unit_pool::release: lease of ", l.pool_->describe_target(l.target_),
-            " belongs to another pool (plan '", l.pool_->plan_.workload_name, "'), not to this pool (plan '",
-            plan_.workload_name, "')");
+    if (l.pool_ == nullptr) [[unlikely]]
+      detail::fail<logic_error>("unit_pool::release: lease is empty (already released or moved from)");
+    if (l.pool_ != this) [[unlikely]]
+      detail::fail<invalid_argument>("unit_pool::release: lease of ", l.pool_->describe_target(l.target_),
+                                     " belongs to another pool (plan '", l.pool_->plan_.workload_name,
+                                     "'), not to this pool (plan '", plan_.workload_name, "')");
     auto& t = targets_[l.target_];
-    expects<logic_error>(t.holders > 0 && t.epoch == l.epoch_, "unit_pool::release: lease of ",
-                         describe_target(l.target_), " from acquisition ", l.epoch_,
-                         " was already released (current acquisition ", t.epoch, ", holders ", t.holders, ")");
+    if (t.holders == 0 || t.epoch != l.epoch_) [[unlikely]]
+      detail::fail<logic_error>("unit_pool::release: lease of ", describe_target(l.target_), " from acquisition ",
+                                l.epoch_, " was already released (current acquisition ", t.epoch, ", holders ",
+                                t.holders, ")");
     l.pool_ = nullptr;
     if (--t.holders > 0) return;
     ++stats_.releases;
@@ -470,12 +483,13 @@ class unit_pool {
         chosen[b] = st.pinned;
         continue;
       }
-      expects<capacity_error>(mask != 0, "unit_pool::acquire: no free slot for bucket ", b, " (",
-                              plan_.shapes[st.shape].category_name, ", ", st.bytes, " bytes) of ", describe_target(t),
-                              " in plan '", plan_.workload_name, "': shape ", st.shape, " (",
-                              plan_.shapes[st.shape].category_name, "#", plan_.shapes[st.shape].ordinal, ") has ",
-                              plan_.buffers, " slots, all held: ", shape_holders{this, st.shape},
-                              ". Release a unit first, or plan more buffers");
+      if (mask == 0) [[unlikely]]
+        detail::fail<capacity_error>("unit_pool::acquire: no free slot for bucket ", b, " (",
+                                     plan_.shapes[st.shape].category_name, ", ", st.bytes, " bytes) of ",
+                                     describe_target(t), " in plan '", plan_.workload_name, "': shape ", st.shape, " (",
+                                     plan_.shapes[st.shape].category_name, "#", plan_.shapes[st.shape].ordinal,
+                                     ") has ", plan_.buffers, " slots, all held: ", shape_holders{this, st.shape},
+                                     ". Release a unit first, or plan more buffers");
       chosen[b] = static_cast<std::uint32_t>(std::countr_zero(mask));
     }
     // Phase 2: commit. Dynamic fallback allocations come first: if upstream throws, undo them.

@@ -55,29 +55,38 @@ class rank_table {
     return r;
   }
 
-  /// A table: key, max (rank), min (rank), mean, then one column per rank.
+  /// A table: key, max (rank), min (rank), mean, then one column per rank; columns as wide as
+  /// their widest cell.
   friend std::ostream& operator<<(std::ostream& os, rank_table const& t) {
-    std::size_t width = 4;
-    for (auto const& r : t.rows_) width = std::max(width, r.name.size());
-    auto cell = [](stats::value const& v) {
+    auto text = [](stats::value const& v) {
       std::ostringstream s;
+      s << std::setprecision(6);
       print_value(s, v);
       return s.str();
     };
-    os << std::left << std::setw(static_cast<int>(width)) << "key" << std::right << "  " << std::setw(22) << "max (rank)"
-       << "  " << std::setw(22) << "min (rank)" << "  " << std::setw(14) << "mean";
-    for (int r = 0; r < t.ranks_; ++r) os << "  " << std::setw(14) << ("rank " + std::to_string(r));
-    os << '\n';
+    std::vector<std::vector<std::string>> cells;
+    std::vector<std::string> header = {"key", "max (rank)", "min (rank)", "mean"};
+    for (int r = 0; r < t.ranks_; ++r) header.push_back("rank " + std::to_string(r));
+    cells.push_back(header);
     for (auto const& row : t.rows_) {
       std::ostringstream mean;
       mean << std::setprecision(6) << row.mean;
-      os << std::left << std::setw(static_cast<int>(width)) << row.name << std::right << "  " << std::setw(22)
-         << (cell(row.max) + " (" + std::to_string(row.argmax) + ")") << "  " << std::setw(22)
-         << (cell(row.min) + " (" + std::to_string(row.argmin) + ")") << "  " << std::setw(14) << mean.str();
-      for (auto const& v : row.per_rank) os << "  " << std::setw(14) << cell(v);
+      std::vector<std::string> line = {row.name, text(row.max) + " (" + std::to_string(row.argmax) + ")",
+                                       text(row.min) + " (" + std::to_string(row.argmin) + ")", mean.str()};
+      for (auto const& v : row.per_rank) line.push_back(text(v));
+      cells.push_back(std::move(line));
+    }
+    std::vector<std::size_t> width(header.size(), 0);
+    for (auto const& line : cells)
+      for (std::size_t c = 0; c < line.size() && c < width.size(); ++c) width[c] = std::max(width[c], line[c].size());
+    for (auto const& line : cells) {
+      for (std::size_t c = 0; c < line.size() && c < width.size(); ++c) {
+        if (c == 0) os << std::left << std::setw(static_cast<int>(width[c])) << line[c];
+        else os << "  " << std::right << std::setw(static_cast<int>(width[c])) << line[c];
+      }
       os << '\n';
     }
-    return os;
+    return os << std::left;
   }
 
  private:
