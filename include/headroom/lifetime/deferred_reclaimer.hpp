@@ -96,6 +96,7 @@ class deferred_reclaimer {
       return;
     }
     std::lock_guard lock(mutex_);
+    entries_.reserve(entries_.size() + 1);  // may throw: then `uses` is untouched, the guard keeps them
     entries_.push_back({owner, b, std::move(uses)});
     stats_.quarantined_blocks += 1;
     stats_.quarantined_bytes += b.bytes;
