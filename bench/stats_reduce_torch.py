@@ -96,7 +96,8 @@ def worker(rank, world, args, port):
     rows = []
     for keys in SIZES:
         report = make_report(rank, keys)
-        expect = {k: max(make_report(0, keys)[k], make_report(1, keys)[k]) for k in report}
+        first, second = make_report(0, keys), make_report(1, keys)
+        expect = {k: max(first[k], second[k]) for k in report}
         got = reduce_max_memory_across_pp_group(report, group)
         assert got == expect and all(type(got[k]) is type(report[k]) for k in report), "pr3645 gave a wrong max"
         assert per_key(report, group) == expect, "per_key gave a wrong max"

@@ -105,22 +105,26 @@ void memory_query(headroom::demo::printer& p) {
   cp::partition<> part(cu, 2, 0);
   i64 const vocab = 151936;
   auto const full = cp::plan_output<cp::gather_output::full>(part, vocab, 2);
+  auto const chunked = cp::plan_output<cp::gather_output::full>(part, vocab, 2, {8192});  // 8K-row workspace
   auto const none = cp::plan_output<cp::gather_output::none>(part, vocab, 2);
   auto const per_token = cp::plan_output<cp::gather_output::per_token>(part, 1, 4);
   std::size_t const local = static_cast<std::size_t>(part.local_rows() * vocab) * 2;
   headroom::demo::table t{"gather_output", "result", "result bytes", "workspace", "extra vs local logits"};
-  auto row = [&](cp::output_plan const& pl) {
+  auto row = [&](cp::output_plan const& pl, char const* note = "") {
     std::ostringstream shape;
     shape << "[" << pl.result_rows << ", " << pl.width << "]";
-    t.row(pl.policy, shape.str(), headroom::format_bytes(pl.output_buffer_bytes), headroom::format_bytes(pl.workspace_bytes),
+    t.row(std::string(pl.policy) + note, shape.str(), headroom::format_bytes(pl.output_buffer_bytes), headroom::format_bytes(pl.workspace_bytes),
           headroom::format_bytes(pl.extra_bytes()));
   };
   row(full);
+  row(chunked, " (8K-row chunks)");
   row(none);
   row(per_token);
   p.line("last stage at 128K tokens x 151,936 bf16, cp = 2: local logits ", headroom::format_bytes(local), " per rank");
   p.print(t);
   p.check(full.output_buffer_bytes == 2 * local, "full keeps cp x the local logits (37 GiB, AReaL #1223)");
+  p.check(chunked.workspace_bytes * 16 == full.workspace_bytes,
+          "a gather in 8K-row chunks of whole sequences needs 1/16 of the workspace (16 all-gathers)");
   p.check(none.extra_bytes() == 0 && per_token.extra_bytes() < local / 1000,
           "none adds nothing; per_token adds under 0.1% of the local logits");
 }

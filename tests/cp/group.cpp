@@ -327,3 +327,36 @@ TEST_CASE("chunked gather: a workspace below the longest sequence, or different 
                          doctest::Contains("different batches"), collective_mismatch);
   });
 }
+
+TEST_CASE("gather moves any trivially copyable element through the thread_group (3-byte struct)") {
+  struct rgb {
+    unsigned char c[3];
+    bool operator==(rgb const&) const = default;
+  };
+  launch(4, [](thread_communicator& comm) {
+    std::mt19937_64 gen(61);
+    auto const pad = cp_test::random_padding<dual_chunk>(gen, 4, 8, 30);
+    partition<> p(std::span<i64 const>(pad.padded_cu_seqlens()), 4, comm.rank());
+    std::vector<rgb> x(static_cast<std::size_t>(p.global_rows() * 5));
+    for (auto& e : x) e = {{static_cast<unsigned char>(gen()), static_cast<unsigned char>(gen()), static_cast<unsigned char>(gen())}};
+    std::vector<rgb> local(static_cast<std::size_t>(p.local_rows() * 5)), out(x.size());
+    cp::split(p, cview(x, 5), mview(local, 5));
+    cp::gather(comm, p, cview(local, 5), mview(out, 5));
+    CHECK(out == x);
+  });
+}
+
+TEST_CASE("collect_output<none> checks the group and the shard shape") {
+  std::vector<int> const cu{0, 8, 24};
+  launch(2, [&](thread_communicator& comm) {
+    partition<> p(cu, 2, comm.rank());
+    std::vector<float> local(12);
+    CHECK_THROWS_WITH_AS((void)cp::collect_output<cp::gather_output::none>(comm, p, matrix_view<float const>(local.data(), 11, 1),
+                                                                           matrix_view<float>{}),
+                         doctest::Contains("local output has shape [11, 1], expected [12, 1]"), invalid_argument);
+    partition<> four(cu, 4, comm.rank());
+    CHECK_THROWS_WITH_AS((void)cp::collect_output<cp::gather_output::none>(comm, four, matrix_view<float const>(local.data(), 6, 1),
+                                                                           matrix_view<float>{}),
+                         doctest::Contains("the partition expects cp = 4"), invalid_argument);
+  });
+}

@@ -8,10 +8,12 @@
 // Run plainly and under compute-sanitizer (the kernels use no shared memory and no barriers, so
 // racecheck and synccheck must report nothing):
 //   test_lifetime_race
-//   compute-sanitizer --tool racecheck --error-exitcode 1 test_lifetime_race -tce="*control*"
-//   compute-sanitizer --tool synccheck --error-exitcode 1 test_lifetime_race -tce="*control*"
-// The control case (a free without the wait) relies on kernels overlapping, which sanitizers
-// serialise, so it is excluded there.
+//   compute-sanitizer --tool racecheck --error-exitcode 1 test_lifetime_race
+//   compute-sanitizer --tool synccheck --error-exitcode 1 test_lifetime_race
+// Checks about timing (the host did not wait; the control case, a free without the wait, sees
+// the overwrite) need the reader to still run when the host releases. A tool that serialises
+// kernel launches makes the reader finish first: the scenario detects that (`overlapping`) and
+// then checks only what holds in any order, saying so in a message.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -76,6 +78,7 @@ struct unordered {
 };
 
 struct outcome {
+  bool overlapping = false;  // the reader was still running when the host released the guard
   bool same_block = false;
   bool reader_running_after_release = false;  // the host did not wait for the reader
   bool comm_idle_after_release = false;       // the host did wait (blocking)
@@ -102,6 +105,7 @@ outcome run_scenario(Resource& res, cuda::stream_view compute, cuda::stream_view
     delayed_copy<<<132, 256, 0, comm.get()>>>(data, seen, n_values, reader_delay_ns);
     HEADROOM_CUDA_CHECK_LAST();
     g.use_on(comm);
+    out.overlapping = !comm.ready();
     g.release();
     out.reader_running_after_release = !comm.ready();
     out.comm_idle_after_release = !out.reader_running_after_release;
@@ -134,8 +138,11 @@ TEST_CASE("stream_ordered: the next owner allocation reuses the block, yet the i
     auto r = run_scenario<device_guard<stream_ordered>>(pool, compute, comm, seed);
     REQUIRE_MESSAGE(r.same_block, "the pool did not hand the released block back to the owner stream, so the "
                                   "scenario would not test anything");
-    CHECK(r.reader_running_after_release);  // release() did not block the host
     CHECK(r.mismatches == 0);
+    if (r.overlapping)
+      CHECK(r.reader_running_after_release);  // release() did not block the host
+    else
+      MESSAGE("kernel launches are serialised here (a sanitizer?): the no-host-wait check is skipped");
   }
 }
 
@@ -157,12 +164,17 @@ TEST_CASE("deferred: the block stays in quarantine while the reader runs, so the
   device_reclaimer<> quarantine(pool);
   cuda::stream compute, comm;
   auto r = run_scenario<device_deferred_guard<>>(quarantine, compute, comm, 14);
-  CHECK(r.reader_running_after_release);
-  CHECK_FALSE(r.same_block);
   CHECK(r.mismatches == 0);
   CHECK(quarantine.stats().blocks_deferred == 1);
-  CHECK(quarantine.stats().quarantined_blocks == 1);  // nobody allocated since the reader finished
-  CHECK(quarantine.poll() == 1);
+  if (r.overlapping) {
+    CHECK(r.reader_running_after_release);
+    CHECK_FALSE(r.same_block);                          // still quarantined at the next allocation
+    CHECK(quarantine.stats().quarantined_blocks == 1);  // nobody allocated since the reader finished
+    CHECK(quarantine.poll() == 1);
+  } else {
+    MESSAGE("kernel launches are serialised here (a sanitizer?): the quarantine was polled free at once");
+    quarantine.poll();
+  }
   CHECK(quarantine.stats().quarantined_bytes == 0);
   compute.synchronize();
   CHECK(pool.used_bytes() == 0);
@@ -175,8 +187,14 @@ TEST_CASE("control: a free without the wait lets the owner overwrite the block u
   cuda::stream compute, comm;
   auto r = run_scenario<device_guard<unordered>>(pool, compute, comm, 15);
   REQUIRE(r.same_block);
-  CHECK(r.reader_running_after_release);
-  CHECK(r.overwritten == n_values);  // the reader copied the overwrite, not the data
+  if (r.overlapping) {
+    CHECK(r.reader_running_after_release);
+    CHECK(r.overwritten == n_values);  // the reader copied the overwrite, not the data
+  } else {
+    MESSAGE("kernel launches are serialised here (a sanitizer?): the reader finished before the free, so the "
+            "control cannot show the race");
+    CHECK(r.mismatches == 0);
+  }
 }
 
 TEST_CASE("a use stream destroyed right after use_on still orders the release") {

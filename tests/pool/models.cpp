@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "headroom/core/bytes.hpp"
 #include "headroom/pool/models.hpp"
 #include "headroom/pool/plan.hpp"
 
@@ -166,4 +167,43 @@ TEST_CASE("bad model input names the value") {
   c.pattern.clear();
   CHECK_THROWS_AS((void)m::make_workload(c), invalid_argument);
   CHECK_THROWS_AS((void)m::make_workload(m::nemotron_h_8b(), {.non_unit_bucket_elements = 0}), invalid_argument);
+}
+
+// [T1] TestFsdpHybridModelDoubleBuffer miniature (PR #4810): HIDDEN = 256, one attention and one
+// Mamba unit of 262,400 and 933,144 elements. FixedPool pools one of them, MaxPool both in one slot.
+TEST_CASE("hybrid test miniature: fixed pools one unit, max pools both in one bf16 slot") {
+  m::hybrid_config c;
+  c.name = "hybrid HIDDEN=256";
+  c.pattern = "*M";
+  c.hidden = 256;
+  c.mamba_heads = 8;  // d_inner 512
+  c.heads = 8;
+  c.query_groups = 8;
+  c.kv_channels = 32;
+  c.vocab = 1024;
+  CHECK(m::attention_layer(c).total() == 262'400);
+  CHECK(m::mamba_layer(c).total() == 933'144);
+  auto const w = m::make_workload(c);
+  auto const f = make_plan<fixed>(w);
+  CHECK(f.pooled_units() == 1);
+  CHECK(f.pooled[0] == 1);  // a tie: the first unit's class wins
+  auto const mx = make_plan<max>(w);
+  REQUIRE(mx.shapes.size() == 1);
+  CHECK(mx.shapes[0].bytes == 2 * 933'144);
+  CHECK(mx.pooled_units() == 2);
+  CHECK(mx.bucket_shape[0][0] == mx.bucket_shape[1][0]);
+}
+
+// PR #6317 test_max_pool_materialize_uses_exact_largest_padded_bucket: units of 4 and 8 bf16
+// elements; slots are materialised at the exact largest *padded* request, in a fixed order.
+TEST_CASE("max plan materialises the exact largest padded bucket, deterministically") {
+  workload const w{"pad", {{"u0", {elements_of(dtype::bf16, 4)}}, {"u1", {elements_of(dtype::bf16, 8)}}}, {}};
+  auto const p = make_plan<max>(w, {}, pad_elements{32});
+  REQUIRE(p.shapes.size() == 1);
+  CHECK(p.shapes[0].bytes == 64);  // 8 -> 32 elements x 2 bytes, not the unpadded 16
+  CHECK(p.bucket_bytes[0][0] == 64);
+  CHECK(p.slots[0].offset == 0);
+  CHECK(p.slots[1].offset == default_alignment);
+  CHECK(p == make_plan<max>(w, {}, pad_elements{32}));
+  CHECK(make_plan<max>(w).shapes[0].bytes == 16);
 }

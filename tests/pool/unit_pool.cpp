@@ -231,6 +231,19 @@ TEST_CASE("strict: pins on first acquire, retries the pin, moves and reports whe
   p.release(l0, hs);
 }
 
+TEST_CASE("strict: a logger that throws leaves the pool as it was before the acquire") {
+  strict policy([](move_event const&) { throw std::runtime_error("logger failed"); });
+  host_unit_pool<strict> p(make_plan<max>(uniform(3)), host::aligned_resource{}, hs, policy);
+  auto l0 = p.acquire(0, hs);  // pins group 0
+  p.release(l0, hs);
+  auto l1 = p.acquire(1, hs);  // takes group 0
+  CHECK_THROWS_WITH_AS((void)p.acquire(0, hs), "logger failed", std::runtime_error);  // moves to group 1
+  CHECK(p.holders(0) == 0);
+  CHECK(p.stats().slots_in_use == 1);
+  CHECK(p.can_acquire({0, 2}, {1}));
+  p.release(l1, hs);
+}
+
 TEST_CASE("first_free: lowest free group every time, nothing pinned, no moves") {
   host_unit_pool<first_free> p(make_plan<max>(uniform(3)), host::aligned_resource{}, hs);
   auto l0 = p.acquire(0, hs);

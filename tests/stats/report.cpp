@@ -139,6 +139,12 @@ TEST_CASE("with_values shares the key list; adding a key to a copy does not chan
   CHECK(c.schema_hash() == a.schema_hash());
   c.set("x", 9.0);  // same name, other kind: another schema
   CHECK(c.schema_hash() != a.schema_hash());
+  CHECK(c.schema_hash() == hs::dynamic_report().set("x", 9.0).set("y", 2.0).schema_hash());
+  c.set("x", 1);
+  CHECK(c.schema_hash() == a.schema_hash());
+  auto const d = a.with_values({hs::value(1.0), hs::value(-1.0)});  // kinds differ from a's
+  CHECK(d.schema_hash() == hs::dynamic_report().set("x", 1.0).set("y", -1.0).schema_hash());
+  CHECK(a.with_values({hs::value(std::int64_t{7}), hs::value(0.5)}).schema_hash() == a.schema_hash());
   std::vector<std::string> names;
   for (auto const& e : b) names.emplace_back(e.name);
   CHECK(names == std::vector<std::string>{"x", "y", "z"});

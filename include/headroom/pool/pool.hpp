@@ -2,6 +2,8 @@
 // Umbrella for the pool module's CUDA-free part, plus the host-substrate pool:
 //   headroom::pool::host_unit_pool<Assignment, NonUnit>  (inline_stream, inline_event, aligned_resource)
 // The CUDA pool is in headroom/pool/cuda/unit_pool.hpp.
+#include <type_traits>
+
 #include "headroom/host/aligned_resource.hpp"
 #include "headroom/host/event.hpp"
 #include "headroom/host/stream.hpp"
@@ -16,5 +18,6 @@ namespace headroom::pool {
 template <class Assignment = strict, class NonUnit = dynamic, class ReleaseOrder = record_at_release>
 using host_unit_pool =
     unit_pool<host::inline_stream, host::inline_event, host::aligned_resource, Assignment, NonUnit, ReleaseOrder>;
+static_assert(std::is_class_v<host_unit_pool<>::lease> && std::is_class_v<host_unit_pool<first_free, persistent>::lease>);
 
 }  // namespace headroom::pool

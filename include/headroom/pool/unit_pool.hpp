@@ -263,6 +263,14 @@ class unit_pool {
       detail::fail<logic_error>("unit_pool::release: lease of ", describe_target(l.target_), " from acquisition ",
                                 l.epoch_, " was already released (current acquisition ", t.epoch, ", holders ",
                                 t.holders, ")");
+    if constexpr (!ReleaseOrder::lazy) {
+      // Record first (may throw a CUDA error): the lease stays valid when it does.
+      if (t.holders == 1)
+        for (std::uint32_t b = 0; b < t.bucket_count; ++b) {
+          auto const slot = buckets_[t.first_bucket + b].slot;
+          if (slot != none) events_[slot].record(s);  // the point after which the slot may be reused
+        }
+    }
     l.pool_ = nullptr;
     if (--t.holders > 0) return;
     ++stats_.releases;
@@ -270,7 +278,6 @@ class unit_pool {
       auto& st = buckets_[t.first_bucket + b];
       if (st.slot != none) {
         auto& sl = slots_[st.slot];
-        if constexpr (!ReleaseOrder::lazy) events_[st.slot].record(s);  // the point after which the slot may be reused
         sl.release_stream = s;
         sl.pending = true;
         sl.holder = none;
@@ -492,7 +499,21 @@ class unit_pool {
                                      ". Release a unit first, or plan more buffers");
       chosen[b] = static_cast<std::uint32_t>(std::countr_zero(mask));
     }
-    // Phase 2: commit. Dynamic fallback allocations come first: if upstream throws, undo them.
+    // Phase 2: order the reuse of each chosen slot after its last release (device-side; the
+    // host does not block). May throw (a CUDA error); extra waits are harmless, state unchanged.
+    std::uint64_t waits = 0;
+    for (std::uint32_t b = 0; b < tg.bucket_count; ++b) {
+      auto const& st = buckets_[tg.first_bucket + b];
+      if (st.shape == no_shape) continue;
+      auto const index = plan_.slot_index(chosen[b], st.shape);
+      auto const& sl = slots_[index];
+      if (sl.pending && !(sl.release_stream == s)) {
+        if constexpr (ReleaseOrder::lazy) events_[index].record(sl.release_stream);
+        events_[index].wait_on(s);
+        ++waits;
+      }
+    }
+    // Phase 3: dynamic fallback buffers; if upstream throws, undo them.
     if constexpr (!NonUnit::persistent_buffers) {
       std::uint32_t done = 0;
       try {
@@ -515,6 +536,8 @@ class unit_pool {
       }
       if (stats_.fallback_bytes_in_use > stats_.fallback_bytes_peak) stats_.fallback_bytes_peak = stats_.fallback_bytes_in_use;
     }
+    // Phase 4: commit (nothing here throws).
+    std::uint32_t moved = 0;  // bit b: bucket b left its pinned group (reported below)
     for (std::uint32_t b = 0; b < tg.bucket_count; ++b) {
       auto& st = buckets_[tg.first_bucket + b];
       if (st.shape == no_shape) continue;
@@ -525,28 +548,37 @@ class unit_pool {
           st.pinned = g;
         } else if (st.pinned != g) {
           ++stats_.moves;
-          report_move(t, b, st, g);
+          if (b < 32) moved |= 1u << b;
         }
       }
       auto& sl = slots_[index];
-      if (sl.pending) {
-        if (!(sl.release_stream == s)) {
-          if constexpr (ReleaseOrder::lazy) events_[index].record(sl.release_stream);
-          events_[index].wait_on(s);  // device-side: the host does not block
-          ++stats_.cross_stream_waits;
-        }
-        sl.pending = false;
-      }
+      sl.pending = false;
       sl.holder = t;
       free_mask_[st.shape] &= ~(std::uint64_t{1} << g);
       st.slot = index;
       ++stats_.slots_in_use;
     }
+    stats_.cross_stream_waits += waits;
     if (stats_.slots_in_use > stats_.slots_in_use_peak) stats_.slots_in_use_peak = stats_.slots_in_use;
     ++stats_.acquisitions;
     tg.holders = 1;
     ++tg.epoch;
-    return lease(this, t, tg.epoch);
+    lease l(this, t, tg.epoch);
+    if constexpr (Assignment::pins) {
+      if (moved != 0) [[unlikely]] {
+        try {  // the logger is the user's code: if it throws, give the slots back first
+          for (std::uint32_t b = 0; b < tg.bucket_count && b < 32; ++b)
+            if (moved >> b & 1u) {
+              auto const& st = buckets_[tg.first_bucket + b];
+              report_move(t, b, st, plan_.slots[st.slot].group);
+            }
+        } catch (...) {
+          release(l, s);
+          throw;
+        }
+      }
+    }
+    return l;
   }
 
   void report_move(std::uint32_t t, std::uint32_t b, bucket_state const& st, std::uint32_t g) const {

@@ -138,18 +138,18 @@ class dynamic_report {
             " keys");
     dynamic_report r;
     r.keys_ = keys_;
+    bool same_kinds = true;
+    for (std::size_t i = 0; i < values.size() && same_kinds; ++i) same_kinds = values[i].index() == values_[i].index();
     r.values_ = std::move(values);
+    if (same_kinds) r.hash_ = hash_;
+    else r.rehash();
     return r;
   }
 
   /// Hash of (name, kind) of every key in order, as reduced by max; equals the typed report's
   /// schema_hash() for the same fields.
-  [[nodiscard]] std::uint64_t schema_hash() const noexcept {
-    std::uint64_t h = detail::schema_seed;
-    for (std::size_t i = 0; i < values_.size(); ++i)
-      h = detail::hash_key(h, keys_->name_hashes[i], kind_of(values_[i]), reduce_op::max);
-    return h;
-  }
+  /// Kept up to date by set() (O(1) per new key), so reducing a report costs no hashing.
+  [[nodiscard]] std::uint64_t schema_hash() const noexcept { return hash_; }
 
   /// Copy with every key renamed prefix + name (e.g. "memory/" for a dashboard).
   [[nodiscard]] dynamic_report prefixed(std::string_view prefix) const {
@@ -193,7 +193,9 @@ class dynamic_report {
   dynamic_report& put(std::string_view name, stats::value v) {
     expects(!name.empty(), "stats::dynamic_report::set: empty key name");
     if (auto const i = position(name)) {
+      bool const kind_changed = values_[*i].index() != v.index();
       values_[*i] = v;
+      if (kind_changed) rehash();
       return *this;
     }
     // A new key: clone the key list first if another report shares it.
@@ -202,12 +204,20 @@ class dynamic_report {
     keys->names.emplace_back(name);
     keys->name_hashes.push_back(detail::hash_name(name));
     values_.push_back(v);
+    hash_ = detail::hash_key(hash_, keys->name_hashes.back(), kind_of(v), reduce_op::max);
     keys_ = std::move(keys);
     return *this;
   }
 
+  void rehash() noexcept {
+    std::uint64_t h = detail::schema_seed;
+    for (std::size_t i = 0; i < values_.size(); ++i) h = detail::hash_key(h, keys_->name_hashes[i], kind_of(values_[i]), reduce_op::max);
+    hash_ = h;
+  }
+
   std::shared_ptr<key_list> keys_;
   std::vector<stats::value> values_;
+  std::uint64_t hash_ = detail::schema_seed;  // schema_hash() of the current keys and kinds
 };
 
 }  // namespace headroom::stats

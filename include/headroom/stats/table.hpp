@@ -77,6 +77,7 @@ class rank_table {
       cells.push_back(std::move(line));
     }
     std::vector<std::size_t> width(header.size(), 0);
+    std::ios_base::fmtflags const saved = os.flags();
     for (auto const& line : cells)
       for (std::size_t c = 0; c < line.size() && c < width.size(); ++c) width[c] = std::max(width[c], line[c].size());
     for (auto const& line : cells) {
@@ -86,7 +87,8 @@ class rank_table {
       }
       os << '\n';
     }
-    return os << std::left;
+    os.flags(saved);
+    return os;
   }
 
  private:

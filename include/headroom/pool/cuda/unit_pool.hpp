@@ -6,6 +6,9 @@
 //   pool::cuda_unit_pool<> pool(plan, cuda::device_resource{}, home_stream);
 //   auto lease = pool.acquire(u, all_gather_stream);     // all_gather_stream waits on the device
 //   pool.release(lease, compute_stream);                 // records an event, never blocks
+#include <concepts>
+#include <type_traits>
+
 #include "headroom/cuda/device_resource.hpp"
 #include "headroom/cuda/event.hpp"
 #include "headroom/cuda/stream.hpp"
@@ -20,5 +23,6 @@ template <class Upstream = cuda::device_resource, class Assignment = strict, cla
 using cuda_unit_pool = unit_pool<cuda::stream_view, cuda::event, Upstream, Assignment, NonUnit, ReleaseOrder>;
 
 static_assert(std::default_initializable<cuda::event>, "unit_pool creates one event per slot");
+static_assert(std::is_class_v<cuda_unit_pool<>::lease>);
 
 }  // namespace headroom::pool
