@@ -518,3 +518,35 @@ TEST_CASE("zero-byte guards and printing") {
   os << z;
   CHECK(os.str() == "guard<stream_ordered>{released}");
 }
+
+TEST_CASE("deferred marks the use streams at the time of the free (record_stream); stream_ordered at the use") {
+  manual::timeline t;
+  auto compute = t.make_stream("compute");
+  auto comm = t.make_stream("comm");
+  manual::resource pool(t);
+  mreclaimer quarantine(pool);
+
+  mdeferred_guard d(quarantine, compute, 64);
+  t.submit(comm, [] {});  // the use
+  d.use_on(comm);
+  t.submit(comm, [] {});  // later, unrelated comm work
+  d.release();
+  CHECK(t.step(comm));
+  CHECK(quarantine.poll() == 0);  // the mark covers the later work too
+  CHECK(t.step(comm));
+  CHECK(quarantine.poll() == 1);
+
+  auto so = make_guard(pool, compute, 64);
+  t.submit(comm, [] {});
+  so.use_on(comm);
+  t.submit(comm, [] {});
+  so.release();
+  bool after = false;
+  t.submit(compute, [&] { after = true; });
+  t.run(compute);
+  CHECK_FALSE(after);
+  CHECK(t.step(comm));  // only the use
+  t.run(compute);
+  CHECK(after);  // the owner did not wait for the later comm work
+  CHECK(t.pending(comm) == 1);
+}

@@ -13,8 +13,9 @@
 //                   stream. The host never blocks; the memory is reusable at once by work ordered
 //                   after the owner stream (RMM device_buffer, PyTorch's stashing since #150398).
 //   deferred        the record_stream behaviour of PyTorch's caching allocator, kept to compare:
-//                   the block is quarantined until the host sees every use event complete, which
-//                   it checks only when the resource is next asked for memory (deferred_reclaimer).
+//                   an event is recorded on every use stream at the time of the free, and the
+//                   block is quarantined until the host sees them all complete, which it checks
+//                   only when the resource is next asked for memory (deferred_reclaimer).
 //   blocking        the host waits for every use event, then frees on the owner stream.
 #include <concepts>
 #include <cstddef>
@@ -71,6 +72,10 @@ struct deferred {
   template <class R, class S, class E>
     requires quarantining_resource<R, S, E>
   static void release(R& resource, S const& owner, block b, std::vector<stream_use<S, E>>& uses) {
+    // Like insert_events: the marks move to the end of each use stream at the time of the free,
+    // so the block also waits for whatever those streams were given since (use streams must
+    // therefore be alive at release under this policy, as under record_stream).
+    for (auto& use : uses) use.event.record(use.stream);
     resource.quarantine(owner, b, std::move(uses));
     uses.clear();
   }
