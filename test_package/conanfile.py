@@ -16,8 +16,13 @@ class HeadroomTestConan(ConanFile):
         cmake_layout(self)
 
     def generate(self):
-        tc = CMakeToolchain(self)
         opts = self.dependencies["headroom"].options
+        tc = CMakeToolchain(self)
+        if opts.cuda:
+            # CMake < 3.26 knows no nvcc flag for C++20, and the toolchain's CMAKE_CXX_STANDARD
+            # (also read by enable_language(CUDA)'s checks) would apply C++20 to CUDA sources and
+            # fail. headroom::core asks for C++20 itself; headroom::cuda passes -std=c++20 to nvcc.
+            tc.blocks.remove("cppstd")
         tc.cache_variables["HEADROOM_TEST_CUDA"] = bool(opts.cuda)
         tc.cache_variables["HEADROOM_TEST_NCCL"] = bool(opts.nccl)
         tc.generate()
