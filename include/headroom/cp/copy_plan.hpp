@@ -9,6 +9,7 @@
 //                              kernels require hidden_bytes % 16 == 0); anything else throws,
 //                              naming the row size or the misaligned buffer.
 #include <bit>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -34,6 +35,7 @@ struct require_16 {
 
 template <class V>
 concept vector_policy_type = std::same_as<V, vector_policy::widest> || std::same_as<V, vector_policy::require_16>;
+static_assert(vector_policy_type<vector_policy::widest> && vector_policy_type<vector_policy::require_16>);
 
 struct copy_plan {
   std::size_t row_bytes = 0;

@@ -46,6 +46,7 @@ struct cp_replicated {
 
 template <class P>
 concept loss_placement_policy = std::same_as<P, loss_placement::cp_local> || std::same_as<P, loss_placement::cp_replicated>;
+static_assert(loss_placement_policy<loss_placement::cp_local> && loss_placement_policy<loss_placement::cp_replicated>);
 
 struct token_mean {
   double loss_sum = 0;    // over the DP x CP group, every token once

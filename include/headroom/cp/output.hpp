@@ -49,6 +49,8 @@ struct per_token {
 template <class G>
 concept gather_output_policy = std::same_as<G, gather_output::full> || std::same_as<G, gather_output::none> ||
                                std::same_as<G, gather_output::per_token>;
+static_assert(gather_output_policy<gather_output::full> && gather_output_policy<gather_output::none> &&
+              gather_output_policy<gather_output::per_token>);
 
 /// Sizes of one last-stage output under a policy, before anything is allocated.
 struct output_plan {
