@@ -449,6 +449,20 @@ void cp_case(shared_state& st, nccl::communicator& cpc, int world_rank, std::str
   }
 }
 
+/// The documented result of normalize_loss (cp/loss.hpp) from the group's sums, written here
+/// from the contract (not taken from the cp module's internals).
+cp::token_mean expected_token_mean(double group_loss, double group_tokens, int cp_size, bool replicated) {
+  double const dup = replicated ? static_cast<double>(cp_size) : 1.0;
+  cp::token_mean m;
+  m.loss_sum = group_loss / dup;
+  m.tokens = group_tokens / dup;
+  if (group_tokens > 0) {
+    m.mean = group_loss / group_tokens;
+    m.grad_scale = 1.0 / group_tokens;
+  }
+  return m;
+}
+
 /// Per raw row: a loss value exact in double sums.
 double loss_of(i64 raw_row) { return static_cast<double>(raw_row % 13) * 0.25; }
 
@@ -493,11 +507,11 @@ void cp_loss_checks(shared_state& st, nccl::communicator& dp_cp, nccl::communica
     return os.str();
   };
   auto const local = run(cp::loss_placement::cp_local{}, local_loss, local_tokens);
-  auto const e_local = cp::detail::finish_token_mean(total_loss, total_tokens, g.cp, false);
+  auto const e_local = expected_token_mean(total_loss, total_tokens, g.cp, false);
   st.checks.record("cp", tag + ": cp::cuda::normalize_loss<cp_local> over CP x DP == host sums (exact)", same(local, e_local),
                    world_rank, describe(local, e_local));
   auto const rep = run(cp::loss_placement::cp_replicated{}, replica_loss, replica_tokens);
-  auto const e_rep = cp::detail::finish_token_mean(g.cp * total_loss, g.cp * total_tokens, g.cp, true);
+  auto const e_rep = expected_token_mean(g.cp * total_loss, g.cp * total_tokens, g.cp, true);
   st.checks.record("cp", tag + ": cp::cuda::normalize_loss<cp_replicated> over CP x DP == host sums (exact)", same(rep, e_rep),
                    world_rank, describe(rep, e_rep));
 

@@ -94,7 +94,9 @@ void require_gpu() {
 
 }  // namespace
 
-TEST_CASE("two streams, two buffers, eight units: reuse waits on the device and results are exact") {
+TEST_CASE_TEMPLATE("two streams, two buffers, eight units: reuse waits on the device and results are exact",
+                   Order, record_at_release, record_at_reuse) {
+  using pool_type = cuda_unit_pool<cuda::device_resource, strict, dynamic, Order>;
   require_gpu();
   auto const w = mini_hybrid();
   auto const plan = make_plan<pool::max>(w);
@@ -110,23 +112,23 @@ TEST_CASE("two streams, two buffers, eight units: reuse waits on the device and 
   }
   cuda::event gathered;
   {
-    cuda_unit_pool<> pool(plan, cuda::device_resource{}, home.view());
+    pool_type pool(plan, cuda::device_resource{}, home.view());
     HEADROOM_CUDA_TRY(cudaMemset(pool.arena(), 0xFF, pool.arena_bytes()));
     HEADROOM_CUDA_TRY(cudaDeviceSynchronize());
-    std::vector<cuda_unit_pool<>::lease> held(w.units.size());
+    std::vector<typename pool_type::lease> held(w.units.size());
     // Forward with one unit prefetched: acquire u+1 on ag while u computes on compute.
     held[0] = pool.acquire(0, ag.view());
     // Fast fills, slow compute: without the device-side wait, the fill of unit u+2 would
     // overwrite unit u's slot while compute still reads it (compute_slot reads twice).
-    fill_slot<<<64, 256, 0, ag.get()>>>(held[0].view<float>(0).data(), src[0].p, src[0].n, 0);
+    fill_slot<<<64, 256, 0, ag.get()>>>(held[0].template view<float>(0).data(), src[0].p, src[0].n, 0);
     for (std::size_t u = 0; u < w.units.size(); ++u) {
       gathered.record(ag.view());
       gathered.wait_on(compute.view());
       if (u + 1 < w.units.size()) {
         held[u + 1] = pool.acquire(u + 1, ag.view());
-        fill_slot<<<64, 256, 0, ag.get()>>>(held[u + 1].view<float>(0).data(), src[u + 1].p, src[u + 1].n, 0);
+        fill_slot<<<64, 256, 0, ag.get()>>>(held[u + 1].template view<float>(0).data(), src[u + 1].p, src[u + 1].n, 0);
       }
-      compute_slot<<<64, 256, 0, compute.get()>>>(held[u].view<float>(0).data(), out[u].p, out[u].n, 20000);
+      compute_slot<<<64, 256, 0, compute.get()>>>(held[u].template view<float>(0).data(), out[u].p, out[u].n, 20000);
       HEADROOM_CUDA_CHECK_LAST();
       pool.release(held[u], compute.view());
     }
