@@ -161,8 +161,8 @@ TEST_CASE("deferred: the block stays in quarantine while the reader runs, so the
   require_gpu();
   cuda::scoped_device on(0);
   cuda::async_resource pool(0);
+  cuda::stream compute, comm;  // before the reclaimer: a quarantined block is freed on `compute`
   device_reclaimer<> quarantine(pool);
-  cuda::stream compute, comm;
   auto r = run_scenario<device_deferred_guard<>>(quarantine, compute, comm, 14);
   CHECK(r.mismatches == 0);
   CHECK(quarantine.stats().blocks_deferred == 1);

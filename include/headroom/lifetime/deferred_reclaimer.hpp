@@ -12,7 +12,11 @@
 //
 // It is kept to measure against stream_ordered, not to recommend. Not copyable or movable:
 // guards point at it. Its destructor waits for and frees every quarantined block, so it must
-// outlive its guards and the upstream resource must outlive it. Thread-safe.
+// outlive its guards and the upstream resource must outlive it. A quarantined block is freed on
+// its owner stream, so that stream must stay alive until the block has left the quarantine
+// (poll() saw it done, synchronize_and_free(), or the destructor): declare the streams before the
+// reclaimer, or call synchronize_and_free() before destroying them. (CUDA does not detect a
+// destroyed stream here: cudaFreeAsync on its handle is undefined and crashes.) Thread-safe.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>

@@ -10,7 +10,9 @@
 // every other stream that touches the block must be named with use_on() after that work has
 // been issued. The guard keeps an event per use and never issues work on a use stream (it keeps
 // its handle only to compare), so a use stream may be destroyed after use_on() (except under
-// `deferred`, which records on the use streams at release, as record_stream does). The owner stream must outlive the guard's release: move ownership
+// `deferred`, which records on the use streams at release, as record_stream does). The owner
+// stream must outlive the guard's release (under `deferred`, until the reclaimer has freed the
+// block, which it does on the owner stream): move ownership
 // to a stream that lives long enough with set_owner() before destroying it. If the owner stream
 // is gone anyway, the release fails in the substrate; the guard reports it and leaks the block
 // rather than free memory that work may still read (see docs/lifetime.md).
