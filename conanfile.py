@@ -4,6 +4,7 @@ from conan import ConanFile
 from conan.errors import ConanInvalidConfiguration
 from conan.tools.build import check_min_cppstd
 from conan.tools.cmake import CMake, CMakeToolchain, cmake_layout
+from conan.tools.files import copy
 
 required_conan_version = ">=2.0"
 
@@ -12,6 +13,7 @@ class HeadroomConan(ConanFile):
     name = "headroom"
     version = "0.1.0"
     description = "Header-only C++20 memory-aware parallel primitives for GPU training engines"
+    license = "Apache-2.0"
     topics = ("cuda", "nccl", "mpi", "memory-pool", "distributed-training", "header-only")
     package_type = "header-library"
     settings = "os", "arch", "compiler", "build_type"
@@ -44,6 +46,7 @@ class HeadroomConan(ConanFile):
         cmake.configure()
 
     def package(self):
+        copy(self, "LICENSE", self.source_folder, os.path.join(self.package_folder, "licenses"))
         cmake = CMake(self)
         cmake.install()
 

@@ -27,11 +27,5 @@ vcpkg_cmake_install()
 vcpkg_cmake_config_fixup(CONFIG_PATH share/cmake/headroom)  # -> share/headroom
 
 file(REMOVE_RECURSE "${CURRENT_PACKAGES_DIR}/lib" "${CURRENT_PACKAGES_DIR}/debug")
-if(EXISTS "${SOURCE_PATH}/LICENSE")
-  vcpkg_install_copyright(FILE_LIST "${SOURCE_PATH}/LICENSE")
-else()
-  message(WARNING "headroom has no LICENSE file yet; installing a placeholder copyright file")
-  file(WRITE "${CURRENT_PACKAGES_DIR}/share/${PORT}/copyright"
-       "headroom ${VERSION}: no license has been chosen yet; see the project's README.md.\n")
-endif()
+vcpkg_install_copyright(FILE_LIST "${SOURCE_PATH}/LICENSE")
 file(INSTALL "${CMAKE_CURRENT_LIST_DIR}/usage" DESTINATION "${CURRENT_PACKAGES_DIR}/share/${PORT}")
