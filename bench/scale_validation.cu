@@ -34,10 +34,16 @@
 //           rank's random shard into the leased slots, verify the concatenation on device,
 //           release; strict assignment: the same unit gets the same addresses every step and
 //           no bucket moves.
-// Exit status: 0 when every check passed, 1 otherwise (or on an exception, which aborts the group).
+// Hang safety: each section allocates its buffers and splits its communicators once, in a setup
+// phase, and frees them in a teardown phase; host barriers (quiesce) keep every synchronising
+// CUDA / NCCL call away from the peers' NCCL kernels (see "hang safety" below). A watchdog
+// reports a section still running after --section-timeout seconds (which section, which ranks
+// are inside it and where), aborts the NCCL communicators and fails the run.
+// Exit status: 0 when every check passed, 1 otherwise (or on an exception, which aborts the
+// group), 2 when the watchdog fired.
 //
 //   bench_scale_validation [--seed N] [--bw-iterations 20] [--lat-iterations 200] [--reg-rounds 5]
-//                          [--steps 3]
+//                          [--steps 3] [--section-timeout 120]
 // Output: sections with PASS/FAIL lines and tables, then one JSON line.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -49,6 +55,7 @@
 #include <bit>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -56,6 +63,7 @@
 #include <ctime>
 #include <exception>
 #include <functional>
+#include <initializer_list>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -63,6 +71,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -109,6 +118,7 @@ struct options {
   int lat_warmup = 20;
   int reg_rounds = 5;
   int steps = 3;
+  int section_timeout_s = 120;  // watchdog: a section running longer is reported and aborted
 };
 
 options parse(int argc, char** argv) {
@@ -130,10 +140,11 @@ options parse(int argc, char** argv) {
     else if (a == "--lat-iterations") o.lat_iterations = small(200);
     else if (a == "--reg-rounds") o.reg_rounds = small(1);
     else if (a == "--steps") o.steps = small(2);
+    else if (a == "--section-timeout") o.section_timeout_s = small(1);
     else
       throw invalid_argument(headroom::detail::concat("bench_scale_validation: unknown option ", a,
                                                       " (expected --seed, --bw-iterations, --lat-iterations, "
-                                                      "--reg-rounds, --steps)"));
+                                                      "--reg-rounds, --steps, --section-timeout)"));
   }
   return o;
 }
@@ -195,25 +206,229 @@ class ledger {
   std::vector<entry> entries_;
 };
 
-/// A host barrier over the world, built on NCCL (aborted with the group if a rank fails, so it
-/// never hangs a failed run).
-void sync_all(nccl::communicator& world, hc::stream_view s) {
-  world.barrier(s);
-  s.synchronize();
-}
+// ---- hang safety -------------------------------------------------------------------------------
+//
+// All ranks are threads of this one process. cudaFree, cudaFreeHost, cudaMallocHost, cudaMalloc
+// (with NCCL's peer mappings), ncclMemAlloc / ncclMemFree, ncclCommSplit / ncclCommDestroy,
+// ncclCommRegister / ncclCommDeregister and cudaDeviceSynchronize can wait for work on the
+// peers' devices too. If rank A is inside such a call while rank B's NCCL kernel waits for A's
+// next collective, neither returns: a deadlock (the [stats] hang of the first 2 x H200 run,
+// where every (group, keys) iteration made and freed its workspaces between collectives).
+//
+// The rule here: every section has a setup phase (split its communicators, allocate every buffer
+// once, sized for its largest case), a collective phase (kernels and collectives only; device
+// buffers come from a per-rank scratch_arena, see dbuf), and a teardown phase. The phases are
+// separated by quiesce(): each rank synchronises its streams, then waits at a host barrier of
+// all ranks, so at that point no NCCL kernel is in flight anywhere, and none starts before every
+// rank has left the synchronising calls. A watchdog (--section-timeout) reports and aborts a
+// section that still hangs.
+
+/// A host barrier of the N rank threads that can be broken (by a failing rank or the watchdog):
+/// waiters then throw group_aborted instead of waiting for a rank that will never come.
+class host_gate {
+ public:
+  void reset(int parties) {
+    std::lock_guard lock(m_);
+    parties_ = parties;
+  }
+  void arrive_and_wait() {
+    std::unique_lock lock(m_);
+    if (broken_) throw group_aborted("scale_validation: host barrier broken (a rank failed or the watchdog fired)");
+    std::uint64_t const gen = generation_;
+    if (++arrived_ == parties_) {
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+      return;
+    }
+    cv_.wait(lock, [&] { return broken_ || generation_ != gen; });
+    if (generation_ == gen) throw group_aborted("scale_validation: host barrier broken (a rank failed or the watchdog fired)");
+  }
+  void break_all() {
+    std::lock_guard lock(m_);
+    broken_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  int parties_ = 0, arrived_ = 0;
+  std::uint64_t generation_ = 0;
+  bool broken_ = false;
+};
+
+/// What the watchdog sees: each rank's section and last phase, and every live communicator
+/// (so it can abort them all).
+class watch {
+ public:
+  using clock = std::chrono::steady_clock;
+  void reset(int ranks) {
+    std::lock_guard lock(m_);
+    section_.assign(static_cast<std::size_t>(ranks), {});
+    phase_.assign(static_cast<std::size_t>(ranks), {});
+  }
+  void enter(int rank, std::string const& section) {
+    std::lock_guard lock(m_);
+    if (current_ != section) current_ = section, started_ = clock::now();
+    section_.at(static_cast<std::size_t>(rank)) = section;
+    phase_.at(static_cast<std::size_t>(rank)) = "entering";
+  }
+  void leave(int rank) {
+    std::lock_guard lock(m_);
+    section_.at(static_cast<std::size_t>(rank)).clear();
+  }
+  void phase(int rank, std::string what) {
+    std::lock_guard lock(m_);
+    phase_.at(static_cast<std::size_t>(rank)) = std::move(what);
+  }
+  void track(nccl::communicator* c) {
+    std::lock_guard lock(m_);
+    if (c != nullptr && c->valid()) comms_.push_back(c);
+  }
+  void untrack(nccl::communicator* c) {
+    std::lock_guard lock(m_);
+    std::erase(comms_, c);
+  }
+  /// ncclCommAbort on every tracked communicator (their in-flight kernels stop; later calls
+  /// throw group_aborted). Under the lock, so no owner destroys one meanwhile.
+  void abort_all() {
+    std::lock_guard lock(m_);
+    for (auto* c : comms_) c->abort();
+  }
+  /// When a section has run longer than `limit`: "section [x] ... ranks still inside: ...".
+  [[nodiscard]] std::string overdue(clock::duration limit) {
+    std::lock_guard lock(m_);
+    if (current_.empty() || clock::now() - started_ < limit) return {};
+    std::string inside;
+    for (std::size_t r = 0; r < section_.size(); ++r)
+      if (section_[r] == current_)
+        inside += headroom::detail::concat(inside.empty() ? "" : "; ", "rank ", r, " (", phase_[r], ")");
+    if (inside.empty()) return {};
+    return headroom::detail::concat("section [", current_, "] did not finish within ",
+                                    std::chrono::duration_cast<std::chrono::seconds>(limit).count(),
+                                    " s; ranks still inside: ", inside);
+  }
+
+ private:
+  std::mutex m_;
+  std::vector<std::string> section_, phase_;
+  std::string current_;
+  clock::time_point started_{};
+  std::vector<nccl::communicator*> comms_;
+};
+
+/// Keeps communicators on the watchdog's list for its lifetime. Declare it after the
+/// communicators it names, so it is destroyed (and they leave the list) before they are.
+class tracked {
+ public:
+  explicit tracked(watch& w) : w_(w) {}
+  tracked(tracked const&) = delete;
+  tracked& operator=(tracked const&) = delete;
+  ~tracked() {
+    for (auto* c : comms_) w_.untrack(c);
+  }
+  void add(nccl::communicator& c) {
+    if (!c.valid()) return;
+    comms_.push_back(&c);
+    w_.track(&c);
+  }
+
+ private:
+  watch& w_;
+  std::vector<nccl::communicator*> comms_;
+};
 
 // ---- device helpers --------------------------------------------------------------------------
 
+/// One cudaMalloc per rank, made in a setup phase and freed in a teardown phase; dbufs made
+/// while it is installed (use_arena) are carved from it, so the collective phases call neither
+/// cudaMalloc nor cudaFree. Stack discipline: arena_scope rewinds to where it started.
+class scratch_arena {
+ public:
+  static constexpr std::size_t align = 256;
+  scratch_arena(std::size_t bytes, char const* what) : bytes_(bytes), what_(what) {
+    HEADROOM_CUDA_TRY(cudaMalloc(&base_, std::max<std::size_t>(bytes, align)));
+  }
+  scratch_arena(scratch_arena const&) = delete;
+  scratch_arena& operator=(scratch_arena const&) = delete;
+  ~scratch_arena() { HEADROOM_CUDA_TRY_NOTHROW(cudaFree(base_)); }
+  [[nodiscard]] void* take(std::size_t bytes) {
+    std::size_t const need = (std::max<std::size_t>(bytes, 1) + align - 1) / align * align;
+    expects<logic_error>(used_ + need <= bytes_, "scale_validation: scratch arena '", what_, "' of ", bytes_,
+                         " bytes exhausted (", used_, " used, ", need, " more asked); size it for the largest case");
+    void* p = static_cast<std::byte*>(base_) + used_;
+    used_ += need;
+    return p;
+  }
+  [[nodiscard]] std::size_t mark() const noexcept { return used_; }
+  void rewind(std::size_t m) noexcept { used_ = m; }
+  /// Bytes of `count` buffers of the given sizes carved one after another.
+  [[nodiscard]] static std::size_t footprint(std::initializer_list<std::size_t> sizes) {
+    std::size_t t = 0;
+    for (auto b : sizes) t += (std::max<std::size_t>(b, 1) + align - 1) / align * align;
+    return t;
+  }
+
+ private:
+  void* base_ = nullptr;
+  std::size_t bytes_, used_ = 0;
+  char const* what_;
+};
+
+thread_local scratch_arena* t_arena = nullptr;       // installed by use_arena
+thread_local bool t_collective_phase = false;         // set by collective_phase
+
+/// Installs `a` for this thread's dbufs until the end of the scope.
+class use_arena {
+ public:
+  explicit use_arena(scratch_arena& a) : prev_(std::exchange(t_arena, &a)) {}
+  use_arena(use_arena const&) = delete;
+  use_arena& operator=(use_arena const&) = delete;
+  ~use_arena() { t_arena = prev_; }
+
+ private:
+  scratch_arena* prev_;
+};
+/// Gives back, at the end of the scope, what this thread's arena handed out inside it. The
+/// memory is reused in stream order by the next scope's work on the same stream.
+class arena_scope {
+ public:
+  arena_scope() : a_(t_arena), mark_(a_ != nullptr ? a_->mark() : 0) {}
+  arena_scope(arena_scope const&) = delete;
+  arena_scope& operator=(arena_scope const&) = delete;
+  ~arena_scope() {
+    if (a_ != nullptr) a_->rewind(mark_);
+  }
+
+ private:
+  scratch_arena* a_;
+  std::size_t mark_;
+};
+
+/// A device buffer: from the installed scratch_arena when there is one (nothing to free), else
+/// its own cudaMalloc, which a collective phase refuses (it would be a synchronising call
+/// between collectives).
 template <class T>
 class dbuf {
  public:
-  explicit dbuf(std::size_t n) : n_(n) { HEADROOM_CUDA_TRY(cudaMalloc(&p_, n == 0 ? 16 : n * sizeof(T))); }
-  dbuf(dbuf&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  explicit dbuf(std::size_t n) : n_(n) {
+    if (t_arena != nullptr) {
+      p_ = t_arena->take(n * sizeof(T));
+      owned_ = false;
+      return;
+    }
+    expects<logic_error>(!t_collective_phase, "scale_validation: dbuf of ", n * sizeof(T),
+                         " bytes by cudaMalloc inside a collective phase (install a scratch_arena in the setup phase)");
+    HEADROOM_CUDA_TRY(cudaMalloc(&p_, n == 0 ? 16 : n * sizeof(T)));
+  }
+  dbuf(dbuf&& o) noexcept
+      : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)), owned_(std::exchange(o.owned_, false)) {}
   dbuf(dbuf const&) = delete;
   dbuf& operator=(dbuf const&) = delete;
   dbuf& operator=(dbuf&&) = delete;
   ~dbuf() {
-    if (p_ != nullptr) HEADROOM_CUDA_TRY_NOTHROW(cudaFree(p_));
+    if (p_ != nullptr && owned_) HEADROOM_CUDA_TRY_NOTHROW(cudaFree(p_));
   }
   [[nodiscard]] T* data() const noexcept { return static_cast<T*>(p_); }
   [[nodiscard]] std::size_t size() const noexcept { return n_; }
@@ -236,6 +451,7 @@ class dbuf {
  private:
   void* p_ = nullptr;
   std::size_t n_;
+  bool owned_ = true;
 };
 
 template <class T>
@@ -347,11 +563,60 @@ struct shared_state {
   std::vector<cp_bw_row> bw;  // indexed by case, filled per rank
   std::vector<stats_row> lat;
   pool_result pool;
+  host_gate gate;  // the ranks' host barrier (quiesce)
+  watch wd;        // what the watchdog reports and aborts
+  std::atomic<bool> watchdog_fired{false};
   void skip(int rank, std::string why) {
     if (rank != 0) return;
     std::lock_guard lock(m);
     skipped.push_back(std::move(why));
   }
+  /// A rank failed (or the watchdog fired): abort every communicator and break the host barrier
+  /// now, before the failing rank's buffers are freed, so no rank is left waiting.
+  void fail_fast() {
+    wd.abort_all();
+    gate.break_all();
+  }
+};
+
+/// Every rank drains `streams`, then waits at the host barrier of all ranks: from here until
+/// the next collective no NCCL kernel is in flight on any device, so synchronising CUDA / NCCL
+/// calls (allocation, free, split, destroy, register) are safe. `what` is the watchdog's phase.
+void quiesce(shared_state& st, int rank, std::string const& what, std::initializer_list<hc::stream_view> streams) {
+  st.wd.phase(rank, "host barrier: " + what);
+  for (auto const& s : streams) s.synchronize();
+  st.gate.arrive_and_wait();
+}
+void quiesce(shared_state& st, int rank, std::string const& what, hc::stream_view s) { quiesce(st, rank, what, {s}); }
+
+/// Runs the collectives of a section: refuses dbuf cudaMallocs, and on a failure aborts the
+/// group before the stack unwinds into the frees of the setup phase's buffers.
+template <class Fn>
+void collective_phase(shared_state& st, Fn&& fn) {
+  bool const outer = std::exchange(t_collective_phase, true);
+  try {
+    fn();
+  } catch (...) {
+    t_collective_phase = outer;
+    st.fail_fast();
+    throw;
+  }
+  t_collective_phase = outer;
+}
+
+/// A device-side barrier over `comm` (one-element all_reduce) on scratch allocated in a setup
+/// phase. communicator::barrier would cudaMalloc its scratch on first use, between collectives.
+class device_barrier {
+ public:
+  explicit device_barrier(hc::stream_view s) : flag_(1) {
+    HEADROOM_CUDA_TRY(cudaMemsetAsync(flag_.data(), 0, sizeof(std::uint32_t), s.get()));
+  }
+  void operator()(nccl::communicator& comm, hc::stream_view s) const {
+    comm.all_reduce(std::span<std::uint32_t const>(flag_.data(), 1), std::span<std::uint32_t>(flag_.data(), 1), reduce_op::sum, s);
+  }
+
+ private:
+  dbuf<std::uint32_t> flag_;
 };
 
 // =============================================================================================
@@ -397,6 +662,7 @@ u64 batch_seed(u64 seed, group_layout g, int block, int dp_index, int trial) {
 template <class L, class T>
 void cp_case(shared_state& st, nccl::communicator& cpc, int world_rank, std::string const& tag, std::string const& what,
              u64 seed, i64 width, hc::stream_view s) {
+  arena_scope scope;  // the dbufs below come from the section's scratch arena (declared first: rewound last)
   int const cp_size = cpc.size();
   std::mt19937_64 gen(seed);  // the same on every rank of the CP group
   auto const pd = random_padding<L>(gen, cp_size, 16, 1500);
@@ -491,6 +757,7 @@ void cp_loss_checks(shared_state& st, nccl::communicator& dp_cp, nccl::communica
   for (i64 r = 0; r < pd.raw_rows(); ++r) replica_loss += loss_of(r);
   double const replica_tokens = static_cast<double>(pd.raw_rows());
 
+  arena_scope scope;
   dbuf<double> loss_stats(4);
   auto run = [&]<class P>(P, double loss, double tokens) {
     loss_stats.upload({loss, tokens, -1.0, -1.0}, s);
@@ -537,6 +804,17 @@ void cp_correctness(shared_state& st, nccl::communicator& world, hc::stream_view
   if (n >= 8) layouts.push_back({4, 2});
   else st.skip(r, "cp: cp=4 x dp=2 (needs 8 GPUs)");
 
+  // Setup phase: every layout's groups are split now (collective over the world: every rank
+  // calls every split, outsiders with no_color), and one scratch arena serves every case.
+  quiesce(st, r, "cp: setup", s);
+  struct layout_comms {
+    group_layout g;
+    bool member;
+    int block, in_block, cp_rank, dp_index;
+    nccl::communicator cpc, dpc, dpcp;
+  };
+  std::vector<layout_comms> all;
+  all.reserve(layouts.size());
   for (auto const g : layouts) {
     int const block_size = g.cp * g.dp;
     int const blocks = n / block_size;
@@ -544,29 +822,53 @@ void cp_correctness(shared_state& st, nccl::communicator& world, hc::stream_view
     int const block = r / block_size;
     int const in_block = r % block_size;
     int const cp_rank = in_block % g.cp, dp_index = in_block / g.cp;
-    // Collective over the world: every rank calls every split, outsiders with no_color.
-    nccl::communicator cpc = world.split(member ? block * g.dp + dp_index : nccl::communicator::no_color, r);
-    nccl::communicator dpc, dpcp;
+    st.wd.phase(r, "cp: setup, split for " + g.label());
+    auto& l = all.emplace_back(layout_comms{g, member, block, in_block, cp_rank, dp_index, {}, {}, {}});
+    l.cpc = world.split(member ? block * g.dp + dp_index : nccl::communicator::no_color, r);
     if (g.dp > 1) {
-      dpc = world.split(member ? block * g.cp + cp_rank : nccl::communicator::no_color, r);
-      dpcp = world.split(member ? block : nccl::communicator::no_color, r);
+      l.dpc = world.split(member ? block * g.cp + cp_rank : nccl::communicator::no_color, r);
+      l.dpcp = world.split(member ? block : nccl::communicator::no_color, r);
     }
-    if (!member) continue;
-    std::string const tag = g.label();
-    bool const shape_ok = cpc.size() == g.cp && cpc.rank() == cp_rank &&
-                          (g.dp == 1 || (dpc.size() == g.dp && dpc.rank() == dp_index && dpcp.size() == block_size &&
-                                         dpcp.rank() == in_block));
-    st.checks.record("cp", tag + ": split groups have the expected sizes and ranks (cp consecutive, dp strided)", shape_ok, r,
-                     headroom::detail::concat("cp group ", cpc.rank(), "/", cpc.size()));
-    for (int trial = 0; trial < 3; ++trial) {
-      u64 const seed = batch_seed(st.opt.seed, g, block, dp_index, trial);
-      cp_case<cp::dual_chunk, bf16>(st, cpc, r, tag, "dual_chunk bf16 x 64", seed, 64, s);
-      cp_case<cp::dual_chunk, float>(st, cpc, r, tag, "dual_chunk f32 x 3", seed + 1, 3, s);
-      cp_case<cp::dual_chunk, std::uint8_t>(st, cpc, r, tag, "dual_chunk u8 x 5", seed + 2, 5, s);
-      cp_case<cp::contiguous, bf16>(st, cpc, r, tag + " contiguous", "contiguous bf16 x 64", seed + 3, 64, s);
-    }
-    cp_loss_checks(st, g.dp > 1 ? dpcp : cpc, g.dp > 1 ? &dpc : nullptr, g, block, dp_index, r, tag, s);
   }
+  tracked watched(st.wd);  // after the communicators: leaves the watchdog's list before they die
+  for (auto& l : all) watched.add(l.cpc), watched.add(l.dpc), watched.add(l.dpcp);
+  // Largest case: 16 sequences x 1500 raw rows, padded (alignment <= 2 cp = 16 rows, plus a dummy
+  // sequence) to under 25,000 rows of at most 128 B (bf16 x 64): six such buffers (raw, padded,
+  // local, out, workspace, chunked workspace) are under 20 MB. take() throws, naming the sizes,
+  // if a case ever needs more.
+  scratch_arena arena(std::size_t{64} << 20, "cp correctness");
+  quiesce(st, r, "cp: setup done", s);
+
+  collective_phase(st, [&] {
+    use_arena use(arena);
+    for (auto& l : all) {
+      if (!l.member) continue;
+      group_layout const g = l.g;
+      int const block = l.block, in_block = l.in_block, cp_rank = l.cp_rank, dp_index = l.dp_index;
+      int const block_size = g.cp * g.dp;
+      auto& cpc = l.cpc;
+      auto& dpc = l.dpc;
+      auto& dpcp = l.dpcp;
+      std::string const tag = g.label();
+      st.wd.phase(r, "cp: " + tag);
+      bool const shape_ok = cpc.size() == g.cp && cpc.rank() == cp_rank &&
+                            (g.dp == 1 || (dpc.size() == g.dp && dpc.rank() == dp_index && dpcp.size() == block_size &&
+                                           dpcp.rank() == in_block));
+      st.checks.record("cp", tag + ": split groups have the expected sizes and ranks (cp consecutive, dp strided)", shape_ok, r,
+                       headroom::detail::concat("cp group ", cpc.rank(), "/", cpc.size()));
+      for (int trial = 0; trial < 3; ++trial) {
+        u64 const seed = batch_seed(st.opt.seed, g, block, dp_index, trial);
+        cp_case<cp::dual_chunk, bf16>(st, cpc, r, tag, "dual_chunk bf16 x 64", seed, 64, s);
+        cp_case<cp::dual_chunk, float>(st, cpc, r, tag, "dual_chunk f32 x 3", seed + 1, 3, s);
+        cp_case<cp::dual_chunk, std::uint8_t>(st, cpc, r, tag, "dual_chunk u8 x 5", seed + 2, 5, s);
+        cp_case<cp::contiguous, bf16>(st, cpc, r, tag + " contiguous", "contiguous bf16 x 64", seed + 3, 64, s);
+      }
+      cp_loss_checks(st, g.dp > 1 ? dpcp : cpc, g.dp > 1 ? &dpc : nullptr, g, block, dp_index, r, tag, s);
+    }
+  });
+  // Teardown phase: the arena and the split communicators die at return, with every rank past
+  // its last collective; the next phase starts with a quiesce too.
+  quiesce(st, r, "cp: teardown", s);
 }
 
 /// Padded cu_seqlens of `tokens` rows: sequences of 256..8192 rows, multiples of 2*cp.
@@ -586,7 +888,6 @@ void cp_bandwidth(shared_state& st, nccl::communicator& world, hc::stream_view s
   std::size_t const row = static_cast<std::size_t>(width) * sizeof(bf16);
   int const it = st.opt.bw_iterations, warm = st.opt.bw_warmup;
   auto spin = [&] { spin_kernel<<<1, 1, 0, s.get()>>>(200000); };
-  auto barrier = [&] { world.barrier(s); };
   std::size_t case_index = 0;
   auto put = [&](std::string const& op, i64 tokens, std::size_t bytes_out, std::string const& peer, double ours, double theirs) {
     std::lock_guard lock(st.m);
@@ -600,73 +901,99 @@ void cp_bandwidth(shared_state& st, nccl::communicator& world, hc::stream_view s
     row_.peer_ms[static_cast<std::size_t>(r)] = theirs;
   };
 
-  for (i64 const wanted : {i64{16384}, i64{131072}}) {
-    i64 const tokens = wanted / (2 * n) * (2 * n);
-    auto const cu = packed_batch(tokens, n, 42 + static_cast<u64>(n));
-    cp::partition<> p(cu, n, r);
-    cp::cuda::device_cu_seqlens dcu(p.global_cu_seqlens(), s);
-    std::size_t const global_bytes = static_cast<std::size_t>(p.global_rows()) * row;
-    std::size_t const local_bytes = static_cast<std::size_t>(p.local_rows()) * row;
-    dbuf<bf16> global(static_cast<std::size_t>(p.global_rows() * width)), local(static_cast<std::size_t>(p.local_rows() * width)),
-        out(global.size()), ws(global.size());
-    dbuf<unsigned long long> bad(1);
-    u64 const pattern_seed = mix64(st.opt.seed ^ static_cast<u64>(tokens));
-    pattern_kernel<<<1024, 256, 0, s.get()>>>(reinterpret_cast<std::uint16_t*>(global.data()), p.global_rows(), width, pattern_seed);
-    HEADROOM_CUDA_CHECK_LAST();
-    auto const g_v = cp::matrix_view<bf16 const>(global.data(), p.global_rows(), width);
-    auto const l_v = cp::matrix_view<bf16>(local.data(), p.local_rows(), width);
-    auto const o_v = cp::matrix_view<bf16>(out.data(), p.global_rows(), width);
-    auto const w_v = cp::matrix_view<bf16>(ws.data(), p.global_rows(), width);
-    auto const l_c = cp::matrix_view<bf16 const>(l_v);
+  std::array<i64, 2> const wanted_tokens{16384, 131072};
+  auto tokens_of = [&](i64 wanted) { return wanted / (2 * n) * (2 * n); };
+  auto partition_of = [&](i64 tokens) { return cp::partition<>(packed_batch(tokens, n, 42 + static_cast<u64>(n)), n, r); };
 
-    // Correctness at the benchmark shape: gather(split(x)) == x, checked on device.
-    local.poison(s);
-    out.poison(s);
-    bad.poison(s, 0);
-    cp::cuda::split<cp::vector_policy::require_16>(p, dcu.view(), g_v, l_v, s);
-    cp::cuda::gather<cp::vector_policy::require_16>(world, p, dcu.view(), l_c, o_v, w_v, s);
-    check_pattern_kernel<<<1024, 256, 0, s.get()>>>(reinterpret_cast<std::uint16_t const*>(out.data()), p.global_rows(), width,
-                                                    pattern_seed, bad.data());
-    HEADROOM_CUDA_CHECK_LAST();
-    auto const wrong = bad.download(s)[0];
-    st.checks.record("cp", headroom::detail::concat("cp=", n, " (world) ", tokens, " x ", width,
-                                                    " bf16: gather(split(x)) == x at the bandwidth shape"),
-                     wrong == 0, r, headroom::detail::concat(wrong, " wrong elements"));
-
-    double const split_ms = median_ms(s, warm, it, spin, [&] {
-      cp::cuda::split<cp::vector_policy::require_16>(p, dcu.view(), g_v, l_v, s);
-    });
-    double const split_cpy = median_ms(s, warm, it, spin, [&] {
-      HEADROOM_CUDA_TRY(cudaMemcpyAsync(local.data(), global.data(), local_bytes, cudaMemcpyDeviceToDevice, s.get()));
-    });
-    put("split", tokens, local_bytes, "memcpy", split_ms, split_cpy);
-    double const reorder_ms = median_ms(s, warm, it, spin, [&] {
-      cp::cuda::to_sequence_order<cp::vector_policy::require_16>(p, dcu.view(), cp::matrix_view<bf16 const>(w_v), o_v, s);
-    });
-    double const reorder_cpy = median_ms(s, warm, it, spin, [&] {
-      HEADROOM_CUDA_TRY(cudaMemcpyAsync(out.data(), ws.data(), global_bytes, cudaMemcpyDeviceToDevice, s.get()));
-    });
-    put("reorder", tokens, global_bytes, "memcpy", reorder_ms, reorder_cpy);
-    // Restore the shard (the memcpy peer overwrote it), then the whole gather against a bare all_gather.
-    cp::cuda::split<cp::vector_policy::require_16>(p, dcu.view(), g_v, l_v, s);
-    double const gather_ms = median_ms(s, warm, it, barrier, [&] {
-      cp::cuda::gather<cp::vector_policy::require_16>(world, p, dcu.view(), l_c, o_v, w_v, s);
-    });
-    double const ag_ms = median_ms(s, warm, it, barrier, [&] {
-      world.all_gather(std::span<bf16 const>(local.data(), local.size()), std::span<bf16>(ws.data(), ws.size()), s);
-    });
-    put("gather", tokens, global_bytes, "nccl all_gather", gather_ms, ag_ms);
-    // The timed gathers must have left x in place too.
-    bad.poison(s, 0);
-    cp::cuda::gather<cp::vector_policy::require_16>(world, p, dcu.view(), l_c, o_v, w_v, s);
-    check_pattern_kernel<<<1024, 256, 0, s.get()>>>(reinterpret_cast<std::uint16_t const*>(out.data()), p.global_rows(), width,
-                                                    pattern_seed, bad.data());
-    HEADROOM_CUDA_CHECK_LAST();
-    auto const wrong2 = bad.download(s)[0];
-    st.checks.record("cp", headroom::detail::concat("cp=", n, " (world) ", tokens, " x ", width,
-                                                    " bf16: gather output still exact after the timed runs"),
-                     wrong2 == 0, r, headroom::detail::concat(wrong2, " wrong elements"));
+  // Setup phase: one arena for the largest shape (global, local, out, workspace, counter) and
+  // the barrier's scratch, allocated before the first collective.
+  quiesce(st, r, "cp bandwidth: setup", s);
+  std::size_t arena_bytes = 0;
+  for (i64 const wanted : wanted_tokens) {
+    auto const p = partition_of(tokens_of(wanted));
+    std::size_t const g = static_cast<std::size_t>(p.global_rows()) * row, l = static_cast<std::size_t>(p.local_rows()) * row;
+    arena_bytes = std::max(arena_bytes, scratch_arena::footprint({g, l, g, g, sizeof(unsigned long long)}));
   }
+  arena_bytes += scratch_arena::footprint({sizeof(std::uint32_t)});
+  scratch_arena arena(arena_bytes, "cp bandwidth");
+  use_arena use(arena);
+  device_barrier const bar(s);
+  auto barrier = [&] { bar(world, s); };
+  quiesce(st, r, "cp bandwidth: setup done", s);
+
+  collective_phase(st, [&] {
+    for (i64 const wanted : wanted_tokens) {
+      arena_scope scope;
+      i64 const tokens = tokens_of(wanted);
+      st.wd.phase(r, headroom::detail::concat("cp bandwidth: ", tokens, " tokens"));
+      auto const p = partition_of(tokens);
+      // Stream-ordered (cudaMallocAsync / cudaFreeAsync from the device's default pool, whose
+      // release threshold main() raises so that nothing is unmapped at a synchronize).
+      cp::cuda::device_cu_seqlens dcu(p.global_cu_seqlens(), s);
+      std::size_t const global_bytes = static_cast<std::size_t>(p.global_rows()) * row;
+      std::size_t const local_bytes = static_cast<std::size_t>(p.local_rows()) * row;
+      dbuf<bf16> global(static_cast<std::size_t>(p.global_rows() * width)), local(static_cast<std::size_t>(p.local_rows() * width)),
+          out(global.size()), ws(global.size());
+      dbuf<unsigned long long> bad(1);
+      u64 const pattern_seed = mix64(st.opt.seed ^ static_cast<u64>(tokens));
+      pattern_kernel<<<1024, 256, 0, s.get()>>>(reinterpret_cast<std::uint16_t*>(global.data()), p.global_rows(), width, pattern_seed);
+      HEADROOM_CUDA_CHECK_LAST();
+      auto const g_v = cp::matrix_view<bf16 const>(global.data(), p.global_rows(), width);
+      auto const l_v = cp::matrix_view<bf16>(local.data(), p.local_rows(), width);
+      auto const o_v = cp::matrix_view<bf16>(out.data(), p.global_rows(), width);
+      auto const w_v = cp::matrix_view<bf16>(ws.data(), p.global_rows(), width);
+      auto const l_c = cp::matrix_view<bf16 const>(l_v);
+
+      // Correctness at the benchmark shape: gather(split(x)) == x, checked on device.
+      local.poison(s);
+      out.poison(s);
+      bad.poison(s, 0);
+      cp::cuda::split<cp::vector_policy::require_16>(p, dcu.view(), g_v, l_v, s);
+      cp::cuda::gather<cp::vector_policy::require_16>(world, p, dcu.view(), l_c, o_v, w_v, s);
+      check_pattern_kernel<<<1024, 256, 0, s.get()>>>(reinterpret_cast<std::uint16_t const*>(out.data()), p.global_rows(), width,
+                                                      pattern_seed, bad.data());
+      HEADROOM_CUDA_CHECK_LAST();
+      auto const wrong = bad.download(s)[0];
+      st.checks.record("cp", headroom::detail::concat("cp=", n, " (world) ", tokens, " x ", width,
+                                                      " bf16: gather(split(x)) == x at the bandwidth shape"),
+                       wrong == 0, r, headroom::detail::concat(wrong, " wrong elements"));
+
+      double const split_ms = median_ms(s, warm, it, spin, [&] {
+        cp::cuda::split<cp::vector_policy::require_16>(p, dcu.view(), g_v, l_v, s);
+      });
+      double const split_cpy = median_ms(s, warm, it, spin, [&] {
+        HEADROOM_CUDA_TRY(cudaMemcpyAsync(local.data(), global.data(), local_bytes, cudaMemcpyDeviceToDevice, s.get()));
+      });
+      put("split", tokens, local_bytes, "memcpy", split_ms, split_cpy);
+      double const reorder_ms = median_ms(s, warm, it, spin, [&] {
+        cp::cuda::to_sequence_order<cp::vector_policy::require_16>(p, dcu.view(), cp::matrix_view<bf16 const>(w_v), o_v, s);
+      });
+      double const reorder_cpy = median_ms(s, warm, it, spin, [&] {
+        HEADROOM_CUDA_TRY(cudaMemcpyAsync(out.data(), ws.data(), global_bytes, cudaMemcpyDeviceToDevice, s.get()));
+      });
+      put("reorder", tokens, global_bytes, "memcpy", reorder_ms, reorder_cpy);
+      // Restore the shard (the memcpy peer overwrote it), then the whole gather against a bare all_gather.
+      cp::cuda::split<cp::vector_policy::require_16>(p, dcu.view(), g_v, l_v, s);
+      double const gather_ms = median_ms(s, warm, it, barrier, [&] {
+        cp::cuda::gather<cp::vector_policy::require_16>(world, p, dcu.view(), l_c, o_v, w_v, s);
+      });
+      double const ag_ms = median_ms(s, warm, it, barrier, [&] {
+        world.all_gather(std::span<bf16 const>(local.data(), local.size()), std::span<bf16>(ws.data(), ws.size()), s);
+      });
+      put("gather", tokens, global_bytes, "nccl all_gather", gather_ms, ag_ms);
+      // The timed gathers must have left x in place too.
+      bad.poison(s, 0);
+      cp::cuda::gather<cp::vector_policy::require_16>(world, p, dcu.view(), l_c, o_v, w_v, s);
+      check_pattern_kernel<<<1024, 256, 0, s.get()>>>(reinterpret_cast<std::uint16_t const*>(out.data()), p.global_rows(), width,
+                                                      pattern_seed, bad.data());
+      HEADROOM_CUDA_CHECK_LAST();
+      auto const wrong2 = bad.download(s)[0];
+      st.checks.record("cp", headroom::detail::concat("cp=", n, " (world) ", tokens, " x ", width,
+                                                      " bf16: gather output still exact after the timed runs"),
+                       wrong2 == 0, r, headroom::detail::concat(wrong2, " wrong elements"));
+    }
+  });
+  quiesce(st, r, "cp bandwidth: teardown", s);
 }
 
 void print_cp_table(shared_state& st) {
@@ -782,138 +1109,170 @@ void stats_section(shared_state& st, nccl::communicator& world, hc::stream_view 
   if (n >= 8) sizes.push_back(8);
   else st.skip(r, "stats: PP group of 8 (needs 8 GPUs)");
 
-  for (int g : sizes) {
-    int const groups = n / g;
-    bool const member = r < groups * g;
-    int const group = r / g;
-    nccl::communicator pp = world.split(member ? group : nccl::communicator::no_color, r);
-    if (!member) continue;
-    int const q = pp.rank();
-    std::string const tag = headroom::detail::concat("PP group of ", g);
-    st.checks.record("stats", tag + ": split group has the expected size and rank", pp.size() == g && q == r % g, r,
-                     headroom::detail::concat("got ", q, "/", pp.size()));
-    for (std::size_t keys : {std::size_t{8}, std::size_t{64}, std::size_t{512}}) {
-      hs::reduce_plan const plan(keys);
-      std::size_t const ws_bytes = staging::workspace_bytes(plan, g);
-      hs::workspace<hc::device_resource, hc::stream_view> dev(hc::device_resource{}, s, ws_bytes);
-      hs::workspace<hc::pinned_resource, hc::stream_view> pinned(hc::pinned_resource{}, s, ws_bytes);
-      hs::reducer<staging> reduce(plan, staging(dev.bytes(), pinned.bytes()));
-      std::string const kt = headroom::detail::concat(tag, ", ", keys, " keys");
-      auto poison = [&] {
-        HEADROOM_CUDA_TRY(cudaMemsetAsync(dev.data(), 0xA5, ws_bytes, s.get()));
-        s.synchronize();
-      };
-      for (int trial = 0; trial < 3; ++trial) {
-        std::vector<hs::dynamic_report> all;
-        for (int k = 0; k < g; ++k) all.push_back(stats_report(st.opt.seed, g, group, keys, trial, k));
-        hs::dynamic_report const mine = all[static_cast<std::size_t>(q)];
-        hs::dynamic_report const before = mine;
-        auto const e = expected_of(all);
-        auto const& emax = e.max;
-        auto const& emin = e.min;
-        auto const& eargmax = e.argmax;
-        auto const& eargmin = e.argmin;
-        auto const& emean = e.mean;
-        hs::dynamic_report const expect = mine.with_values(emax);
-        std::string const td = headroom::detail::concat("trial ", trial, ", seed ", st.opt.seed);
+  constexpr std::array<std::size_t, 3> key_counts{8, 64, 512};
 
-        poison();
-        auto const got = reduce.max(mine, pp, s);
-        std::string why;
-        if (!(got == expect))
-          for (std::size_t i = 0; i < keys && why.empty(); ++i)
-            if (!value_same(got[i].value, emax[i])) {
-              std::ostringstream os;
-              os << td << ": key " << got[i].name << " got ";
-              hs::print_value(os, got[i].value) << ", expected ";
-              hs::print_value(os, emax[i]);
-              why = os.str();
-            }
-        st.checks.record("stats", kt + ": reducer::max == per-key max over the group (bitwise)", got == expect, r,
-                         why.empty() ? td : why);
-        st.checks.record("stats", kt + ": reducer::max leaves its input unchanged", mine == before, r, td);
+  // Setup phase: every group size's communicator (collective over the world: every rank calls
+  // every split) and every buffer, once, sized for the largest (group size, key count). These
+  // were made and freed per (group size, key count) before: cudaMalloc / cudaMallocHost and
+  // cudaFree / cudaFreeHost between one rank's collectives while a peer's NCCL kernel waited
+  // for that rank hung the first 2-GPU run.
+  quiesce(st, r, "stats: setup", s);
+  std::vector<nccl::communicator> groups_of(sizes.size());
+  std::size_t ws_max = 0;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    int const g = sizes[i];
+    bool const member = r < n / g * g;
+    st.wd.phase(r, headroom::detail::concat("stats: setup, split for PP group of ", g));
+    groups_of[i] = world.split(member ? r / g : nccl::communicator::no_color, r);
+    for (std::size_t keys : key_counts) ws_max = std::max(ws_max, staging::workspace_bytes(hs::reduce_plan(keys), g));
+  }
+  tracked watched(st.wd);  // after the communicators: leaves the watchdog's list before they die
+  for (auto& c : groups_of) watched.add(c);
+  std::size_t const max_keys = key_counts.back();
+  hs::workspace<hc::device_resource, hc::stream_view> dev(hc::device_resource{}, s, ws_max);
+  hs::workspace<hc::pinned_resource, hc::stream_view> pinned(hc::pinned_resource{}, s, ws_max);
+  hs::workspace<hc::pinned_resource, hc::stream_view> host_words(hc::pinned_resource{}, s, 2 * max_keys * sizeof(std::int64_t));
+  scratch_arena arena(scratch_arena::footprint({2 * max_keys * sizeof(std::int64_t), sizeof(std::uint32_t)}), "stats");
+  use_arena use(arena);
+  dbuf<std::int64_t> d(2 * max_keys);
+  device_barrier const bar(s);
+  quiesce(st, r, "stats: setup done", s);
 
-        poison();
-        auto const table = reduce.gather(mine, pp, s);
-        bool ok = table.ranks() == g && table.size() == keys;
-        std::string gwhy = ok ? std::string{} : headroom::detail::concat("table of ", table.ranks(), " ranks, ", table.size(), " keys");
-        for (std::size_t i = 0; i < keys && ok; ++i) {
-          auto const& row = table.rows()[i];
-          bool per_rank = row.per_rank.size() == static_cast<std::size_t>(g);
-          for (int k = 0; k < g && per_rank; ++k)
-            per_rank = value_same(row.per_rank[static_cast<std::size_t>(k)], all[static_cast<std::size_t>(k)][i].value);
-          bool const mean_ok = std::bit_cast<u64>(row.mean) == std::bit_cast<u64>(emean[i]) ||
-                               (std::isnan(row.mean) && std::isnan(emean[i]));
-          ok = row.name == all[0][i].name && per_rank && value_same(row.max, emax[i]) && value_same(row.min, emin[i]) &&
-               row.argmax == eargmax[i] && row.argmin == eargmin[i] && mean_ok;
-          if (!ok)
-            gwhy = headroom::detail::concat(td, ": key ", row.name, " argmax ", row.argmax, " (expected ", eargmax[i], "), argmin ",
-                                            row.argmin, " (expected ", eargmin[i], "), per-rank values ",
-                                            per_rank ? "equal" : "differ", ", mean ", row.mean, " (expected ", emean[i], ")");
+  collective_phase(st, [&] {
+    for (std::size_t gi = 0; gi < sizes.size(); ++gi) {
+      int const g = sizes[gi];
+      int const groups = n / g;
+      bool const member = r < groups * g;
+      int const group = r / g;
+      if (!member) continue;
+      nccl::communicator& pp = groups_of[gi];
+      int const q = pp.rank();
+      std::string const tag = headroom::detail::concat("PP group of ", g);
+      st.checks.record("stats", tag + ": split group has the expected size and rank", pp.size() == g && q == r % g, r,
+                       headroom::detail::concat("got ", q, "/", pp.size()));
+      for (std::size_t keys : key_counts) {
+        hs::reduce_plan const plan(keys);
+        std::size_t const ws_bytes = staging::workspace_bytes(plan, g);
+        // This case's share of the buffers made in the setup phase (no allocation here).
+        hs::reducer<staging> reduce(plan, staging(dev.bytes().first(ws_bytes), pinned.bytes().first(ws_bytes)));
+        std::string const kt = headroom::detail::concat(tag, ", ", keys, " keys");
+        st.wd.phase(r, "stats: " + kt);
+        auto poison = [&] {
+          HEADROOM_CUDA_TRY(cudaMemsetAsync(dev.data(), 0xA5, ws_bytes, s.get()));
+          s.synchronize();
+        };
+        for (int trial = 0; trial < 3; ++trial) {
+          std::vector<hs::dynamic_report> all;
+          for (int k = 0; k < g; ++k) all.push_back(stats_report(st.opt.seed, g, group, keys, trial, k));
+          hs::dynamic_report const mine = all[static_cast<std::size_t>(q)];
+          hs::dynamic_report const before = mine;
+          auto const e = expected_of(all);
+          auto const& emax = e.max;
+          auto const& emin = e.min;
+          auto const& eargmax = e.argmax;
+          auto const& eargmin = e.argmin;
+          auto const& emean = e.mean;
+          hs::dynamic_report const expect = mine.with_values(emax);
+          std::string const td = headroom::detail::concat("trial ", trial, ", seed ", st.opt.seed);
+
+          poison();
+          auto const got = reduce.max(mine, pp, s);
+          std::string why;
+          if (!(got == expect))
+            for (std::size_t i = 0; i < keys && why.empty(); ++i)
+              if (!value_same(got[i].value, emax[i])) {
+                std::ostringstream os;
+                os << td << ": key " << got[i].name << " got ";
+                hs::print_value(os, got[i].value) << ", expected ";
+                hs::print_value(os, emax[i]);
+                why = os.str();
+              }
+          st.checks.record("stats", kt + ": reducer::max == per-key max over the group (bitwise)", got == expect, r,
+                           why.empty() ? td : why);
+          st.checks.record("stats", kt + ": reducer::max leaves its input unchanged", mine == before, r, td);
+
+          poison();
+          auto const table = reduce.gather(mine, pp, s);
+          bool ok = table.ranks() == g && table.size() == keys;
+          std::string gwhy = ok ? std::string{} : headroom::detail::concat("table of ", table.ranks(), " ranks, ", table.size(), " keys");
+          for (std::size_t i = 0; i < keys && ok; ++i) {
+            auto const& row = table.rows()[i];
+            bool per_rank = row.per_rank.size() == static_cast<std::size_t>(g);
+            for (int k = 0; k < g && per_rank; ++k)
+              per_rank = value_same(row.per_rank[static_cast<std::size_t>(k)], all[static_cast<std::size_t>(k)][i].value);
+            bool const mean_ok = std::bit_cast<u64>(row.mean) == std::bit_cast<u64>(emean[i]) ||
+                                 (std::isnan(row.mean) && std::isnan(emean[i]));
+            ok = row.name == all[0][i].name && per_rank && value_same(row.max, emax[i]) && value_same(row.min, emin[i]) &&
+                 row.argmax == eargmax[i] && row.argmin == eargmin[i] && mean_ok;
+            if (!ok)
+              gwhy = headroom::detail::concat(td, ": key ", row.name, " argmax ", row.argmax, " (expected ", eargmax[i], "), argmin ",
+                                              row.argmin, " (expected ", eargmin[i], "), per-rank values ",
+                                              per_rank ? "equal" : "differ", ", mean ", row.mean, " (expected ", emean[i], ")");
+          }
+          st.checks.record("stats", kt + ": reducer::gather table == every rank's values, max/argmax/min/argmin/mean (exact)", ok,
+                           r, gwhy);
         }
-        st.checks.record("stats", kt + ": reducer::gather table == every rank's values, max/argmax/min/argmin/mean (exact)", ok,
-                         r, gwhy);
-      }
 
-      // Latency: the reducer beside a bare ncclAllReduce of keys x int64 on the same group.
-      hs::dynamic_report const mine = stats_report(st.opt.seed, g, group, keys, 0, q);
-      dbuf<std::int64_t> d(2 * keys);
-      hc::pinned_resource pr;
-      auto* h = static_cast<std::int64_t*>(pr.allocate(s, 2 * keys * sizeof(std::int64_t), 256));
-      for (std::size_t i = 0; i < 2 * keys; ++i) h[i] = static_cast<std::int64_t>(i) * (q + 1);
-      std::size_t const bytes = keys * sizeof(std::int64_t);
-      ncclComm_t const raw = pp.get();
-      auto nccl_device = [&] {
-        HEADROOM_NCCL_TRY(ncclAllReduce(d.data(), d.data() + keys, keys, ncclInt64, ncclMax, raw, s.get()));
-        s.synchronize();
-      };
-      auto nccl_staged = [&] {
-        HEADROOM_CUDA_TRY(cudaMemcpyAsync(d.data(), h, bytes, cudaMemcpyHostToDevice, s.get()));
-        HEADROOM_NCCL_TRY(ncclAllReduce(d.data(), d.data() + keys, keys, ncclInt64, ncclMax, raw, s.get()));
-        HEADROOM_CUDA_TRY(cudaMemcpyAsync(h + keys, d.data() + keys, bytes, cudaMemcpyDeviceToHost, s.get()));
-        s.synchronize();
-      };
-      hs::dynamic_report sink;
-      hs::rank_table tsink;
-      auto do_max = [&] { sink = reduce.max(mine, pp, s); };
-      auto do_gather = [&] { tsink = reduce.gather(mine, pp, s); };
-      struct timing {
-        double wall = 0, event = 0;
-      };
-      auto measure = [&](std::function<void()> const& op) {
-        hc::event a(hc::event_options{.timing = true}), b(hc::event_options{.timing = true});
-        for (int i = 0; i < st.opt.lat_warmup; ++i) op();
-        pp.barrier(s);
-        s.synchronize();
-        std::vector<double> wall, ev;
-        for (int i = 0; i < st.opt.lat_iterations; ++i) {
-          a.record(s);
-          auto const t0 = std::chrono::steady_clock::now();
-          op();
-          auto const t1 = std::chrono::steady_clock::now();
-          b.record(s);
-          b.synchronize();
-          wall.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
-          ev.push_back(1000.0 * elapsed_ms(a, b));
+        // Latency: the reducer beside a bare ncclAllReduce of keys x int64 on the same group.
+        hs::dynamic_report const mine = stats_report(st.opt.seed, g, group, keys, 0, q);
+        st.wd.phase(r, "stats: " + kt + ", latency");
+        auto* h = static_cast<std::int64_t*>(host_words.data());
+        for (std::size_t i = 0; i < 2 * keys; ++i) h[i] = static_cast<std::int64_t>(i) * (q + 1);
+        std::size_t const bytes = keys * sizeof(std::int64_t);
+        ncclComm_t const raw = pp.get();
+        auto nccl_device = [&] {
+          HEADROOM_NCCL_TRY(ncclAllReduce(d.data(), d.data() + keys, keys, ncclInt64, ncclMax, raw, s.get()));
+          s.synchronize();
+        };
+        auto nccl_staged = [&] {
+          HEADROOM_CUDA_TRY(cudaMemcpyAsync(d.data(), h, bytes, cudaMemcpyHostToDevice, s.get()));
+          HEADROOM_NCCL_TRY(ncclAllReduce(d.data(), d.data() + keys, keys, ncclInt64, ncclMax, raw, s.get()));
+          HEADROOM_CUDA_TRY(cudaMemcpyAsync(h + keys, d.data() + keys, bytes, cudaMemcpyDeviceToHost, s.get()));
+          s.synchronize();
+        };
+        hs::dynamic_report sink;
+        hs::rank_table tsink;
+        auto do_max = [&] { sink = reduce.max(mine, pp, s); };
+        auto do_gather = [&] { tsink = reduce.gather(mine, pp, s); };
+        struct timing {
+          double wall = 0, event = 0;
+        };
+        auto measure = [&](std::function<void()> const& op) {
+          hc::event a(hc::event_options{.timing = true}), b(hc::event_options{.timing = true});
+          for (int i = 0; i < st.opt.lat_warmup; ++i) op();
+          bar(pp, s);
+          s.synchronize();
+          std::vector<double> wall, ev;
+          for (int i = 0; i < st.opt.lat_iterations; ++i) {
+            a.record(s);
+            auto const t0 = std::chrono::steady_clock::now();
+            op();
+            auto const t1 = std::chrono::steady_clock::now();
+            b.record(s);
+            b.synchronize();
+            wall.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+            ev.push_back(1000.0 * elapsed_ms(a, b));
+          }
+          return timing{median(wall), median(ev)};
+        };
+        timing const t_dev = measure(nccl_device), t_staged = measure(nccl_staged), t_max = measure(do_max),
+                     t_gather = measure(do_gather);
+        bool staged_ok = true;
+        for (std::size_t i = 0; i < keys; ++i) staged_ok = staged_ok && h[keys + i] == static_cast<std::int64_t>(i) * g;
+        st.checks.record("stats", kt + ": bare ncclAllReduce(max) peer gives the expected max", staged_ok, r);
+        std::vector<hs::dynamic_report> all0;
+        for (int k = 0; k < g; ++k) all0.push_back(stats_report(st.opt.seed, g, group, keys, 0, k));
+        st.checks.record("stats", kt + ": reducer::max and gather still exact after the timed calls",
+                         sink == mine.with_values(expected_of(all0).max) && tsink.size() == keys && tsink.ranks() == g, r);
+        if (r == 0) {
+          std::lock_guard lock(st.m);
+          st.lat.push_back({g, keys, t_max.wall, t_max.event, t_gather.wall, t_dev.wall, t_staged.wall});
         }
-        return timing{median(wall), median(ev)};
-      };
-      timing const t_dev = measure(nccl_device), t_staged = measure(nccl_staged), t_max = measure(do_max),
-                   t_gather = measure(do_gather);
-      bool staged_ok = true;
-      for (std::size_t i = 0; i < keys; ++i) staged_ok = staged_ok && h[keys + i] == static_cast<std::int64_t>(i) * g;
-      st.checks.record("stats", kt + ": bare ncclAllReduce(max) peer gives the expected max", staged_ok, r);
-      std::vector<hs::dynamic_report> all0;
-      for (int k = 0; k < g; ++k) all0.push_back(stats_report(st.opt.seed, g, group, keys, 0, k));
-      st.checks.record("stats", kt + ": reducer::max and gather still exact after the timed calls",
-                       sink == mine.with_values(expected_of(all0).max) && tsink.size() == keys && tsink.ranks() == g, r);
-      pr.deallocate(s, h, 2 * keys * sizeof(std::int64_t), 256);
-      if (r == 0) {
-        std::lock_guard lock(st.m);
-        st.lat.push_back({g, keys, t_max.wall, t_max.event, t_gather.wall, t_dev.wall, t_staged.wall});
       }
     }
-  }
+  });
+  // Teardown phase: buffers and communicators die at return, every rank past its last collective.
+  quiesce(st, r, "stats: teardown", s);
 }
 
 void print_stats_table(shared_state& st) {
@@ -981,22 +1340,23 @@ void pool_section(shared_state& st, nccl::communicator& world, hc::stream_view s
       shard_words[b] = std::max<std::size_t>(shard_words[b], static_cast<std::size_t>(bytes / 4 / static_cast<u64>(n)));
       per_step += bytes;
     }
-  {
-    // Plans are deterministic: every rank must hold the same slots at the same offsets.
-    u64 fp = mix64(plan.arena_bytes);
-    for (auto const& sl : plan.slots) fp = mix64(fp ^ mix64(sl.offset * 31 + sl.bytes));
-    i64 const h = static_cast<i64>(fp >> 2);
-    dbuf<i64> f(2);
-    f.upload({h, -h}, s);
-    world.all_reduce(std::span<i64 const>(f.data(), 2), std::span<i64>(f.data(), 2), reduce_op::max, s);
-    auto const got = f.download(s);
-    st.checks.record("pool", "the plan is the same on every rank (fingerprint max == min over the world)",
-                     got[0] == h && got[1] == -h, r);
-  }
+  // The pool below keeps NonUnit = dynamic, whose acquire / release would call the upstream
+  // (ncclMemAlloc / ncclMemFree: synchronising) between all-gathers for a unit the plan leaves
+  // out. The max plan pools every unit, and non-unit buckets are never acquired here.
+  expects<logic_error>(plan.pooled_units() == units, "pool: the max plan pools ", plan.pooled_units(), " of ", units,
+                       " units; the others would allocate at acquire, between collectives");
 
+  // Setup phase: streams, events, the shards and counters (one arena), the nccl_mem_resource
+  // pool, all before the first collective.
+  quiesce(st, r, "pool: setup", s);
   hc::stream home, ag, compute;
   hc::event gathered;
   std::atomic<u64> logged_moves{0};
+  std::size_t arena_bytes = scratch_arena::footprint({2 * sizeof(i64), units * max_buckets * sizeof(unsigned long long)});
+  for (auto words : shard_words) arena_bytes += scratch_arena::footprint({words * sizeof(std::uint32_t)});
+  scratch_arena arena(arena_bytes, "pool");
+  use_arena use(arena);
+  dbuf<i64> f(2);
   std::vector<dbuf<std::uint32_t>> shards;
   shards.reserve(max_buckets);
   for (auto words : shard_words) shards.emplace_back(words);
@@ -1013,81 +1373,99 @@ void pool_section(shared_state& st, nccl::communicator& world, hc::stream_view s
                                                          strict([&](move_event const&) { logged_moves.fetch_add(1); }));
     HEADROOM_CUDA_TRY(cudaMemsetAsync(pool.arena(), 0xFF, pool.arena_bytes(), home.get()));
     home.synchronize();
-    sync_all(world, s);
+    quiesce(st, r, "pool: setup done", s);
+
+    collective_phase(st, [&] {
+      // Plans are deterministic: every rank must hold the same slots at the same offsets.
+      u64 fp = mix64(plan.arena_bytes);
+      for (auto const& sl : plan.slots) fp = mix64(fp ^ mix64(sl.offset * 31 + sl.bytes));
+      i64 const h = static_cast<i64>(fp >> 2);
+      f.upload({h, -h}, s);
+      world.all_reduce(std::span<i64 const>(f.data(), 2), std::span<i64>(f.data(), 2), reduce_op::max, s);
+      auto const got = f.download(s);
+      st.checks.record("pool", "the plan is the same on every rank (fingerprint max == min over the world)",
+                       got[0] == h && got[1] == -h, r);
+    });
+    // ncclCommRegister can synchronise: between host barriers, with no collective in flight.
+    quiesce(st, r, "pool: before the first registration", s);
+    st.wd.phase(r, "pool: first ncclCommRegister");
     auto t0 = std::chrono::steady_clock::now();
     nccl::registration reg = register_arena(world, pool);  // once, for every slot of every unit
     res.reg_first_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     st.checks.record("pool", "arena registered once with the N-rank world communicator (covers the whole arena)",
                      reg.active() && reg.size() == pool.arena_bytes() && reg.data() == pool.arena(), r);
+    quiesce(st, r, "pool: registered", s);
 
     std::vector<std::vector<std::byte*>> first_addresses(units);
-    for (int step = 0; step < st.opt.steps; ++step) {
-      bool const backward = step % 2 == 1;
-      bad.poison(s, 0);
-      s.synchronize();
-      sync_all(world, s);
-      auto const start = std::chrono::steady_clock::now();
-      std::vector<std::vector<std::byte*>> addresses(units);
-      using lease_t = decltype(pool)::lease;
-      std::vector<lease_t> held(units);
-      auto unit_at = [&](std::size_t i) { return backward ? units - 1 - i : i; };
-      auto gather = [&](std::size_t u) {
-        held[u] = pool.acquire(u, ag.view());
-        for (std::size_t b = 0; b < held[u].size(); ++b) {
-          auto const slot = held[u].view<std::uint32_t>(b);
-          std::size_t const words = slot.size() / static_cast<std::size_t>(n);
-          HEADROOM_CUDA_TRY(cudaMemsetAsync(slot.data(), 0xFF, slot.size_bytes(), ag.get()));  // poison
-          fill_shard_kernel<<<264, 256, 0, ag.get()>>>(shards[b].data(), words, shard_key(unit_key(st.opt.seed, step, u, b), r));
-          HEADROOM_CUDA_CHECK_LAST();
-          world.all_gather(std::span<std::uint32_t const>(shards[b].data(), words), slot, ag.view());
-        }
-      };
-      gather(unit_at(0));
-      for (std::size_t i = 0; i < units; ++i) {
-        std::size_t const u = unit_at(i);
-        gathered.record(ag.view());
-        gathered.wait_on(compute.view());
-        if (i + 1 < units) gather(unit_at(i + 1));  // prefetch the next unit while this one is consumed
-        for (std::size_t b = 0; b < held[u].size(); ++b) {
-          auto const slot = held[u].view<std::uint32_t>(b);
-          addresses[u].push_back(held[u].bytes(b).data());
-          verify_gathered_kernel<<<264, 256, 0, compute.get()>>>(slot.data(), slot.size() / static_cast<std::size_t>(n), n,
-                                                                  unit_key(st.opt.seed, step, u, b), bad.data() + u * max_buckets + b);
-          HEADROOM_CUDA_CHECK_LAST();
-        }
-        pool.release(held[u], compute.view());
-      }
-      compute.synchronize();
-      ag.synchronize();
-      res.step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
-      auto const counts = bad.download(s);
-      u64 wrong = 0;
-      std::size_t first_bad = units;
-      for (std::size_t u = 0; u < units; ++u)
-        for (std::size_t b = 0; b < max_buckets; ++b)
-          if (counts[u * max_buckets + b] != 0) {
-            wrong += counts[u * max_buckets + b];
-            if (first_bad == units) first_bad = u;
+    collective_phase(st, [&] {
+      for (int step = 0; step < st.opt.steps; ++step) {
+        bool const backward = step % 2 == 1;
+        bad.poison(s, 0);
+        quiesce(st, r, headroom::detail::concat("pool: before step ", step), {s, ag.view(), compute.view()});
+        st.wd.phase(r, headroom::detail::concat("pool: step ", step));
+        auto const start = std::chrono::steady_clock::now();
+        std::vector<std::vector<std::byte*>> addresses(units);
+        using lease_t = decltype(pool)::lease;
+        std::vector<lease_t> held(units);
+        auto unit_at = [&](std::size_t i) { return backward ? units - 1 - i : i; };
+        auto gather = [&](std::size_t u) {
+          held[u] = pool.acquire(u, ag.view());
+          for (std::size_t b = 0; b < held[u].size(); ++b) {
+            auto const slot = held[u].view<std::uint32_t>(b);
+            std::size_t const words = slot.size() / static_cast<std::size_t>(n);
+            HEADROOM_CUDA_TRY(cudaMemsetAsync(slot.data(), 0xFF, slot.size_bytes(), ag.get()));  // poison
+            fill_shard_kernel<<<264, 256, 0, ag.get()>>>(shards[b].data(), words, shard_key(unit_key(st.opt.seed, step, u, b), r));
+            HEADROOM_CUDA_CHECK_LAST();
+            world.all_gather(std::span<std::uint32_t const>(shards[b].data(), words), slot, ag.view());
           }
-      st.checks.record("pool", headroom::detail::concat("step ", step, backward ? " (backward order)" : " (forward order)",
-                                                        ": all-gathers into leased slots == concatenation of every rank's shard"),
-                       wrong == 0, r,
-                       headroom::detail::concat(wrong, " wrong words, first in unit ", first_bad, first_bad < units ? plan.unit_names[first_bad] : ""));
-      bool inside = true;
-      for (auto const& a : addresses)
-        for (auto* p : a) inside = inside && p >= pool.arena() && p < pool.arena() + pool.arena_bytes();
-      st.checks.record("pool", headroom::detail::concat("step ", step, ": every leased slot lies in the registered arena"), inside, r);
-      if (step == 0) {
-        first_addresses = addresses;
-      } else {
-        std::size_t moved = 0;
-        for (std::size_t u = 0; u < units; ++u) moved += addresses[u] != first_addresses[u];
-        st.checks.record("pool", headroom::detail::concat("step ", step, ": strict assignment, every unit at the same addresses as in step 0"),
-                         moved == 0, r, headroom::detail::concat(moved, " units changed address"));
+        };
+        gather(unit_at(0));
+        for (std::size_t i = 0; i < units; ++i) {
+          std::size_t const u = unit_at(i);
+          gathered.record(ag.view());
+          gathered.wait_on(compute.view());
+          if (i + 1 < units) gather(unit_at(i + 1));  // prefetch the next unit while this one is consumed
+          for (std::size_t b = 0; b < held[u].size(); ++b) {
+            auto const slot = held[u].view<std::uint32_t>(b);
+            addresses[u].push_back(held[u].bytes(b).data());
+            verify_gathered_kernel<<<264, 256, 0, compute.get()>>>(slot.data(), slot.size() / static_cast<std::size_t>(n), n,
+                                                                    unit_key(st.opt.seed, step, u, b), bad.data() + u * max_buckets + b);
+            HEADROOM_CUDA_CHECK_LAST();
+          }
+          pool.release(held[u], compute.view());
+        }
+        compute.synchronize();
+        ag.synchronize();
+        res.step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+        auto const counts = bad.download(s);
+        u64 wrong = 0;
+        std::size_t first_bad = units;
+        for (std::size_t u = 0; u < units; ++u)
+          for (std::size_t b = 0; b < max_buckets; ++b)
+            if (counts[u * max_buckets + b] != 0) {
+              wrong += counts[u * max_buckets + b];
+              if (first_bad == units) first_bad = u;
+            }
+        st.checks.record("pool", headroom::detail::concat("step ", step, backward ? " (backward order)" : " (forward order)",
+                                                          ": all-gathers into leased slots == concatenation of every rank's shard"),
+                         wrong == 0, r,
+                         headroom::detail::concat(wrong, " wrong words, first in unit ", first_bad, first_bad < units ? plan.unit_names[first_bad] : ""));
+        bool inside = true;
+        for (auto const& a : addresses)
+          for (auto* p : a) inside = inside && p >= pool.arena() && p < pool.arena() + pool.arena_bytes();
+        st.checks.record("pool", headroom::detail::concat("step ", step, ": every leased slot lies in the registered arena"), inside, r);
+        if (step == 0) {
+          first_addresses = addresses;
+        } else {
+          std::size_t moved = 0;
+          for (std::size_t u = 0; u < units; ++u) moved += addresses[u] != first_addresses[u];
+          st.checks.record("pool", headroom::detail::concat("step ", step, ": strict assignment, every unit at the same addresses as in step 0"),
+                           moved == 0, r, headroom::detail::concat(moved, " units changed address"));
+        }
+        st.checks.record("pool", headroom::detail::concat("step ", step, ": all slots released at the end of the pass"),
+                         pool.stats().slots_in_use == 0, r, headroom::detail::concat(pool.stats().slots_in_use, " in use"));
       }
-      st.checks.record("pool", headroom::detail::concat("step ", step, ": all slots released at the end of the pass"),
-                       pool.stats().slots_in_use == 0, r, headroom::detail::concat(pool.stats().slots_in_use, " in use"));
-    }
+    });
     res.moves = pool.stats().moves;
     res.cross_stream_waits = pool.stats().cross_stream_waits;
     st.checks.record("pool", "strict assignment: no bucket moved (pool stats and logger)", res.moves == 0 && logged_moves.load() == 0, r,
@@ -1095,11 +1473,15 @@ void pool_section(shared_state& st, nccl::communicator& world, hc::stream_view s
     st.checks.record("pool", "prefetching ordered slot reuse across streams (cross-stream waits > 0)", res.cross_stream_waits > 0, r);
     st.checks.record("pool", "peak slots in use <= the plan's slots", pool.stats().slots_in_use_peak <= pool.stats().slots_total, r);
 
-    // Registration cost: deregister, then rounds of register / deregister.
+    // Registration cost: deregister, then rounds of register / deregister, each round between
+    // host barriers (ncclCommRegister / ncclCommDeregister can synchronise; no collective runs
+    // in these rounds).
+    quiesce(st, r, "pool: registration rounds", {s, ag.view(), compute.view()});
+    st.wd.phase(r, "pool: registration rounds");
     reg.reset();
     std::vector<double> regs, deregs;
     for (int k = 0; k < st.opt.reg_rounds; ++k) {
-      sync_all(world, s);
+      quiesce(st, r, headroom::detail::concat("pool: registration round ", k), s);
       auto const a = std::chrono::steady_clock::now();
       reg = register_arena(world, pool);
       auto const b = std::chrono::steady_clock::now();
@@ -1110,15 +1492,16 @@ void pool_section(shared_state& st, nccl::communicator& world, hc::stream_view s
     }
     res.reg_median_ms = median(regs);
     res.dereg_median_ms = median(deregs);
-    sync_all(world, s);
+    quiesce(st, r, "pool: ncclMemAlloc pool teardown", s);  // then ncclMemFree of the arena
   }
   {
     // Peer: a cudaMalloc arena of the same size, registered the same way.
+    quiesce(st, r, "pool: cudaMalloc pool setup", s);
     cuda_unit_pool<hc::device_resource, strict> pool(plan, {}, home.view());
     std::vector<double> regs;
     double first = 0;
     for (int k = 0; k <= st.opt.reg_rounds; ++k) {
-      sync_all(world, s);
+      quiesce(st, r, headroom::detail::concat("pool: cudaMalloc arena registration round ", k), s);
       auto const a = std::chrono::steady_clock::now();
       nccl::registration reg = register_arena(world, pool);
       double const ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count();
@@ -1128,7 +1511,7 @@ void pool_section(shared_state& st, nccl::communicator& world, hc::stream_view s
     }
     res.malloc_reg_first_ms = first;
     res.malloc_reg_median_ms = median(regs);
-    sync_all(world, s);
+    quiesce(st, r, "pool: cudaMalloc pool teardown", s);  // then cudaFree of the arena
   }
   if (r == 0) {
     std::lock_guard lock(st.m);
@@ -1173,6 +1556,7 @@ int main(int argc, char** argv) {
   shared_state st;
   std::string device_name, error;
   int section_failures = 0;
+  std::jthread watchdog;
   auto const started = std::chrono::steady_clock::now();
   std::string const date = utc_now();
   try {
@@ -1188,36 +1572,88 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(st.opt.seed), nvls != nullptr ? nvls : "(unset)");
     std::fflush(stdout);
 
+    st.gate.reset(n);
+    st.wd.reset(n);
+
+    // Watchdog: a section still running after --section-timeout seconds is reported (which
+    // section, which ranks are still inside it and where), its communicators are aborted and the
+    // host barrier broken, so the ranks unwind and the run fails instead of hanging. If they
+    // have not returned 15 s later (stuck outside NCCL), the process exits with status 2.
+    watchdog = std::jthread([&st](std::stop_token stop) {
+      auto const limit = std::chrono::seconds(st.opt.section_timeout_s);
+      while (!stop.stop_requested()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        std::string const what = st.wd.overdue(limit);
+        if (what.empty()) continue;
+        st.watchdog_fired.store(true);
+        std::fprintf(stderr, "bench_scale_validation: WATCHDOG: %s; aborting the NCCL communicators\n", what.c_str());
+        std::printf("WATCHDOG: %s; aborting the NCCL communicators\n", what.c_str());
+        std::fflush(stdout);
+        std::fflush(stderr);
+        st.fail_fast();
+        auto const deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+        while (!stop.stop_requested() && std::chrono::steady_clock::now() < deadline)
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        if (stop.stop_requested()) return;
+        std::fprintf(stderr, "bench_scale_validation: WATCHDOG: ranks still stuck 15 s after the abort: %s; exiting\n",
+                     st.wd.overdue(std::chrono::seconds(0)).c_str());
+        std::printf("FAIL: watchdog: %s\n", what.c_str());
+        std::fflush(stdout);
+        std::fflush(stderr);
+        std::_Exit(2);
+      }
+    });
+
     nccl::launch_per_device(nccl::first_devices(n), [&](nccl::communicator& world) {
-      hc::stream stream;
-      hc::stream_view const s = stream.view();
       int const r = world.rank();
-      auto section = [&](char const* name, auto&& body, auto&& table) {
-        if (r == 0) {
-          std::printf("\n==== [%s] ====\n", name);
-          std::fflush(stdout);
-        }
-        body();
-        sync_all(world, s);
-        if (r == 0) {
-          int const f = st.checks.print(name);
-          table();
-          std::lock_guard lock(st.m);
-          section_failures += f;
-        }
-      };
-      section("cp", [&] {
-        cp_correctness(st, world, s);
-        sync_all(world, s);
-        cp_bandwidth(st, world, s);
-      }, [&] { print_cp_table(st); });
-      section("stats", [&] { stats_section(st, world, s); }, [&] { print_stats_table(st); });
-      section("pool", [&] { pool_section(st, world, s); }, [&] { print_pool_table(st); });
+      tracked watched(st.wd);
+      watched.add(world);
+      try {
+        // Keep the default memory pool's memory mapped at synchronize (device_cu_seqlens uses
+        // cudaMallocAsync / cudaFreeAsync from it): no unmapping between collectives.
+        cudaMemPool_t mempool = nullptr;
+        HEADROOM_CUDA_TRY(cudaDeviceGetDefaultMemPool(&mempool, world.device()));
+        std::uint64_t keep = std::numeric_limits<std::uint64_t>::max();
+        HEADROOM_CUDA_TRY(cudaMemPoolSetAttribute(mempool, cudaMemPoolAttrReleaseThreshold, &keep));
+        hc::stream stream;
+        hc::stream_view const s = stream.view();
+        auto section = [&](char const* name, auto&& body, auto&& table) {
+          st.wd.enter(r, name);
+          if (r == 0) {
+            std::printf("\n==== [%s] ====\n", name);
+            std::fflush(stdout);
+          }
+          body();
+          // A host barrier, not an NCCL one: the body's buffers and communicators are all freed
+          // (synchronising calls) before any rank starts the next section's collectives.
+          quiesce(st, r, headroom::detail::concat("end of [", name, "]"), s);
+          st.wd.leave(r);
+          if (r == 0) {
+            int const f = st.checks.print(name);
+            table();
+            std::lock_guard lock(st.m);
+            section_failures += f;
+          }
+        };
+        section("cp", [&] {
+          cp_correctness(st, world, s);
+          cp_bandwidth(st, world, s);  // starts with a quiesce
+        }, [&] { print_cp_table(st); });
+        section("stats", [&] { stats_section(st, world, s); }, [&] { print_stats_table(st); });
+        section("pool", [&] { pool_section(st, world, s); }, [&] { print_pool_table(st); });
+      } catch (...) {
+        st.fail_fast();  // no rank may stay at the host barrier or in a collective waiting for this one
+        throw;
+      }
     });
   } catch (std::exception const& e) {
     error = e.what();
     std::fprintf(stderr, "bench_scale_validation: %s\n", e.what());
   }
+  watchdog.request_stop();
+  if (watchdog.joinable()) watchdog.join();
+  if (st.watchdog_fired.load())
+    error = "watchdog: a section did not finish within --section-timeout" + (error.empty() ? std::string{} : " (" + error + ")");
 
   int passed = 0, failed = 0;
   st.checks.totals(passed, failed);
@@ -1261,5 +1697,6 @@ int main(int argc, char** argv) {
   js << "]},\"skipped\":" << st.skipped.size() << "}";
   std::printf("%s\n", js.str().c_str());
   static_cast<void>(section_failures);
+  if (st.watchdog_fired.load()) return 2;
   return ok ? 0 : 1;
 }

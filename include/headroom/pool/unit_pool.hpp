@@ -21,6 +21,15 @@
 // (Megatron's re-fetch); the slots are freed when the last lease is released.
 //
 // Not thread-safe: one host thread drives a pool (as one rank's FSDP engine does).
+//
+// Synchronising calls: construction and destruction call the upstream (cuda::device_resource:
+// cudaMalloc / cudaFree; nccl::nccl_mem_resource: ncclMemAlloc / ncclMemFree; both deallocate
+// after cudaStreamSynchronize). Under NonUnit = dynamic, so do acquire and release of a target
+// with buckets outside the arena (units the plan leaves out, non-unit buckets): there the host
+// does block, and in a process that drives several GPUs from threads such a call between
+// collectives can deadlock against a peer's NCCL kernel waiting for this rank. Build the pool
+// before the collectives and destroy it after; between collectives, acquire only pooled units,
+// or use NonUnit = persistent.
 #include <bit>
 #include <concepts>
 #include <cstddef>

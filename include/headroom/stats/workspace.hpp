@@ -2,6 +2,14 @@
 // workspace<Resource, Stream>: bytes from any stream_resource for the lifetime of a scope,
 // freed in stream order. The reducers' staging buffer is one (query its size from the staging
 // policy, then allocate it once and reuse it every step).
+//
+// Construction and destruction are the resource's allocate / deallocate. With
+// cuda::device_resource or cuda::pinned_resource those are cudaMalloc / cudaMallocHost and
+// cudaStreamSynchronize + cudaFree / cudaFreeHost, which synchronise the device (and, under
+// NCCL's peer mappings, can wait for the peers' devices). Where one process drives several GPUs
+// from threads, make the workspace before the ranks' collectives begin and destroy it after
+// every rank has finished them: one rank inside cudaFree while a peer's NCCL kernel waits for
+// that rank's next collective is a deadlock (bench/scale_validation.cu, docs/scale.md).
 #include <cstddef>
 #include <span>
 #include <utility>

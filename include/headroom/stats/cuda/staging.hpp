@@ -14,6 +14,10 @@
 // result is a host report). An optional pinned host buffer of the same size makes the two
 // copies truly asynchronous DMA instead of the driver's pageable staging.
 //
+// Per call nothing is allocated (no cudaMalloc / cudaMallocHost between collectives); the only
+// wait is the host's on `s`. Allocate the workspaces once, outside the collective sequence
+// (see stats/workspace.hpp).
+//
 // The workspace size is checked on each rank before anything is enqueued; every rank derives
 // it from the same plan, so all ranks pass or all fail that check together.
 #include <cuda_runtime_api.h>
