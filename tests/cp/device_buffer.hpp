@@ -23,9 +23,16 @@ class device_vector {
   device_vector& operator=(device_vector const&) = delete;
   ~device_vector() { HEADROOM_CUDA_TRY_NOTHROW(cudaFree(p_)); }
 
-  void fill_bytes(int byte) { HEADROOM_CUDA_TRY(cudaMemset(p_, byte, n_ * sizeof(T) + (n_ == 0))); }
+  // cudaMemset and pageable cudaMemcpy run on the legacy stream, which does not order work on
+  // the tests' non-blocking streams, and may return before the device finished: wait for the
+  // device so that a poison fill or an upload cannot land after the kernel under test.
+  void fill_bytes(int byte) {
+    HEADROOM_CUDA_TRY(cudaMemset(p_, byte, n_ * sizeof(T) + (n_ == 0)));
+    HEADROOM_CUDA_TRY(cudaDeviceSynchronize());
+  }
   void upload(std::vector<T> const& host) {
     HEADROOM_CUDA_TRY(cudaMemcpy(p_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+    HEADROOM_CUDA_TRY(cudaDeviceSynchronize());
   }
   [[nodiscard]] std::vector<T> download() const {
     std::vector<T> out(n_);

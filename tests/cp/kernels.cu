@@ -61,8 +61,9 @@ struct placed {
   std::size_t offset;
   placed(std::size_t n, std::size_t off) : buf(n + off), offset(off) {}
   T* data() const { return buf.data() + offset; }
-  void upload(std::vector<T> const& h) {
+  void upload(std::vector<T> const& h) {  // see device_vector::upload: ordered before the kernels
     HEADROOM_CUDA_TRY(cudaMemcpy(data(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+    HEADROOM_CUDA_TRY(cudaDeviceSynchronize());
   }
   std::vector<T> download(std::size_t n) const {
     std::vector<T> h(n);

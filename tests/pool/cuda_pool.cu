@@ -62,13 +62,17 @@ struct device_buffer {
   }
   void upload(std::vector<float> const& h) {
     HEADROOM_CUDA_TRY(cudaMemcpy(p, h.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    HEADROOM_CUDA_TRY(cudaDeviceSynchronize());  // pageable copies may return before the DMA lands
   }
   std::vector<float> download() const {
     std::vector<float> h(n);
     HEADROOM_CUDA_TRY(cudaMemcpy(h.data(), p, n * sizeof(float), cudaMemcpyDeviceToHost));
     return h;
   }
-  void poison() { HEADROOM_CUDA_TRY(cudaMemset(p, 0xFF, n * sizeof(float))); }  // NaN pattern
+  void poison() {  // legacy-stream memset: wait so it cannot land after the work under test
+    HEADROOM_CUDA_TRY(cudaMemset(p, 0xFF, n * sizeof(float)));
+    HEADROOM_CUDA_TRY(cudaDeviceSynchronize());
+  }  // NaN pattern
 };
 
 // Hybrid miniature: units of different sizes (Mamba-, MLP-, attention-like), f32 buckets.

@@ -37,13 +37,16 @@ struct device_buffer {
   ~device_buffer() {
     if (p) HEADROOM_CUDA_TRY_NOTHROW(cudaFree(p));
   }
-  void upload(std::vector<float> const& h) { HEADROOM_CUDA_TRY(cudaMemcpy(p, h.data(), n * sizeof(float), cudaMemcpyHostToDevice)); }
+  void upload(std::vector<float> const& h) { HEADROOM_CUDA_TRY(cudaMemcpy(p, h.data(), n * sizeof(float), cudaMemcpyHostToDevice)); HEADROOM_CUDA_TRY(cudaDeviceSynchronize()); }
   [[nodiscard]] std::vector<float> download() const {
     std::vector<float> h(n);
     HEADROOM_CUDA_TRY(cudaMemcpy(h.data(), p, n * sizeof(float), cudaMemcpyDeviceToHost));
     return h;
   }
-  void poison() { HEADROOM_CUDA_TRY(cudaMemset(p, 0xFF, n * sizeof(float))); }
+  void poison() {  // legacy-stream memset: wait so it cannot land after the work under test
+    HEADROOM_CUDA_TRY(cudaMemset(p, 0xFF, n * sizeof(float)));
+    HEADROOM_CUDA_TRY(cudaDeviceSynchronize());
+  }
 };
 
 // Hybrid miniature with an MoE-like unit of two buckets (non-expert + experts), f32 so that
@@ -160,6 +163,7 @@ void all_gather_into_registered_slots(std::uint64_t seed) {
     {
       cuda_unit_pool<Upstream> pool(plan, Upstream{}, home.view());
       HEADROOM_CUDA_TRY(cudaMemset(pool.arena(), 0xFF, pool.arena_bytes()));
+      HEADROOM_CUDA_TRY(cudaDeviceSynchronize());  // the legacy-stream memset must land before the all-gathers
       auto registration = register_arena(comm, pool);  // once, for every slot
       REQUIRE(registration.active());
       CHECK(registration.size() == pool.arena_bytes());
