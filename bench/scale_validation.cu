@@ -97,7 +97,7 @@
 #include "headroom/pool/models.hpp"
 #include "headroom/pool/plan.hpp"
 #include "headroom/stats/cuda/staging.hpp"
-#include "headroom/stats/stats.hpp"
+#include "headroom/stats.hpp"
 
 using namespace headroom;
 namespace hc = headroom::cuda;

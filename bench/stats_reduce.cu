@@ -45,7 +45,7 @@
 #include "headroom/nccl/check.hpp"
 #include "headroom/nccl/communicator.hpp"
 #include "headroom/stats/cuda/staging.hpp"
-#include "headroom/stats/stats.hpp"
+#include "headroom/stats.hpp"
 
 using namespace headroom;
 namespace hs = headroom::stats;

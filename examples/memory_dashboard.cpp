@@ -15,7 +15,7 @@
 
 #include "headroom/host/aligned_resource.hpp"
 #include "headroom/host/thread_group.hpp"
-#include "headroom/stats/stats.hpp"
+#include "headroom/stats.hpp"
 
 namespace hs = headroom::stats;
 using headroom::host::inline_stream;

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "headroom/core/bytes.hpp"
-#include "headroom/pool/pool.hpp"
+#include "headroom/pool.hpp"
 #include "printer.hpp"
 
 void demo_pool(headroom::demo::printer& p) {

@@ -11,7 +11,7 @@
 #include "headroom/core/bytes.hpp"
 #include "headroom/host/aligned_resource.hpp"
 #include "headroom/host/thread_group.hpp"
-#include "headroom/stats/stats.hpp"
+#include "headroom/stats.hpp"
 #include "sections.hpp"
 
 namespace hs = headroom::stats;

@@ -1,5 +1,7 @@
 #pragma once
-// headroom::cp — packed-sequence context-parallel split / gather (CUDA-free part).
+// headroom::cp — packed-sequence context-parallel split / gather (CUDA-free part). The CUDA
+// kernels and device gathers are in headroom/cp/cuda.cuh (needs nvcc).
+#include "headroom/cp/copy_plan.hpp"
 #include "headroom/cp/cu_seqlens.hpp"
 #include "headroom/cp/gather.hpp"
 #include "headroom/cp/layout.hpp"

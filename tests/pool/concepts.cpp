@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "headroom/pool/pool.hpp"
+#include "headroom/pool.hpp"
 
 // Compile-time positive and negative tests of the pool's policies and constraints.
 using namespace headroom;

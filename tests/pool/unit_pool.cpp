@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "headroom/pool/pool.hpp"
+#include "headroom/pool.hpp"
 
 using namespace headroom;
 using namespace headroom::pool;

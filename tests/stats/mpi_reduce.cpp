@@ -13,7 +13,7 @@
 
 #include "common.hpp"
 #include "headroom/mpi/communicator.hpp"
-#include "headroom/stats/stats.hpp"
+#include "headroom/stats.hpp"
 
 namespace hs = headroom::stats;
 namespace mpi = headroom::mpi;

@@ -24,7 +24,7 @@
 #include "headroom/nccl/communicator.hpp"
 #include "headroom/stats/cuda/sources.hpp"
 #include "headroom/stats/cuda/staging.hpp"
-#include "headroom/stats/stats.hpp"
+#include "headroom/stats.hpp"
 
 namespace hs = headroom::stats;
 namespace hc = headroom::cuda;

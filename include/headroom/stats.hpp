@@ -1,6 +1,6 @@
 #pragma once
 // headroom::stats — counters, memory reports and reducers across a group (CUDA-free).
-// The CUDA sources and the device staging policy are in headroom/stats/cuda/.
+// The CUDA sources and the device staging policy are in headroom/stats/cuda.hpp.
 #include "headroom/stats/counter.hpp"
 #include "headroom/stats/counting_communicator.hpp"
 #include "headroom/stats/dynamic_report.hpp"

@@ -1,17 +1,15 @@
 #pragma once
-// Umbrella for the pool module's CUDA-free part, plus the host-substrate pool:
-//   headroom::pool::host_unit_pool<Assignment, NonUnit>  (inline_stream, inline_event, aligned_resource)
+// The host substrate's unit pool: inline_stream, inline_event and aligned_resource, so plans and
+// assignment policies run (and are tested) on a CPU-only machine.
+//   headroom::pool::host_unit_pool<Assignment, NonUnit, ReleaseOrder>
 // The CUDA pool is in headroom/pool/cuda/unit_pool.hpp.
 #include <type_traits>
 
 #include "headroom/host/aligned_resource.hpp"
 #include "headroom/host/event.hpp"
 #include "headroom/host/stream.hpp"
-#include "headroom/pool/models.hpp"
-#include "headroom/pool/plan.hpp"
 #include "headroom/pool/policies.hpp"
 #include "headroom/pool/unit_pool.hpp"
-#include "headroom/pool/workload.hpp"
 
 namespace headroom::pool {
 

@@ -1,0 +1,10 @@
+#pragma once
+// headroom core: concepts (stream, event, resource, communicator), errors, byte sizes, dtype tags.
+// CUDA-free.
+#include "headroom/core/bytes.hpp"
+#include "headroom/core/communicator.hpp"
+#include "headroom/core/dtype.hpp"
+#include "headroom/core/error.hpp"
+#include "headroom/core/event.hpp"
+#include "headroom/core/resource.hpp"
+#include "headroom/core/stream.hpp"

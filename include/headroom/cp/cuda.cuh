@@ -1,0 +1,7 @@
+#pragma once
+// The cp module with its CUDA part: split / gather kernels and device gathers over a communicator.
+// Needs nvcc (.cuh: the kernels are defined here).
+#include "headroom/cp.hpp"
+#include "headroom/cp/cuda/gather.cuh"
+#include "headroom/cp/cuda/kernels.cuh"
+#include "headroom/cp/cuda/ops.cuh"

@@ -1,0 +1,7 @@
+#pragma once
+// headroom::host — the host substrate: inline stream and event, aligned resource, thread_group
+// communicator (ranks as threads of one process). CUDA-free.
+#include "headroom/host/aligned_resource.hpp"
+#include "headroom/host/event.hpp"
+#include "headroom/host/stream.hpp"
+#include "headroom/host/thread_group.hpp"

@@ -1,0 +1,5 @@
+#pragma once
+// The lifetime module with its CUDA part: guards over CUDA streams, events and stream-ordered
+// resources. Needs the CUDA toolkit.
+#include "headroom/lifetime.hpp"
+#include "headroom/lifetime/cuda/guard.hpp"

@@ -1,0 +1,5 @@
+#pragma once
+// headroom::mpi — the MPI communicator over host buffers. Needs MPI only.
+// The NCCL bootstrap over MPI joins two substrates (MPI, CUDA + NCCL); include it by name:
+// headroom/mpi/nccl_bootstrap.hpp.
+#include "headroom/mpi/communicator.hpp"

@@ -1,0 +1,10 @@
+#pragma once
+// headroom::pool — workloads, planners and plans (pure), assignment and non-unit policies, the
+// unit pool and its host-substrate form host_unit_pool. CUDA-free; the CUDA pool and NCCL
+// registration are in headroom/pool/cuda.hpp.
+#include "headroom/pool/host.hpp"
+#include "headroom/pool/models.hpp"
+#include "headroom/pool/plan.hpp"
+#include "headroom/pool/policies.hpp"
+#include "headroom/pool/unit_pool.hpp"
+#include "headroom/pool/workload.hpp"
