@@ -5,12 +5,12 @@
 #   tests/<module>/mpi_<name>.cpp  test_<module>_mpi_<name>    mpiexec -n 4, label mpi
 #   tests/<module>/<name>.cu       test_<module>_<name>        label gpu
 #   tests/<module>/mpi_<name>.cu   test_<module>_mpi_<name>    mpiexec -n 2, labels gpu;mpi
-#   examples/<name>.cpp | .cu      example_<name>              ctest label host | gpu
 #   examples/demo/*.cpp            headroom-demo               ctest test "demo", label host
 #   bench/<name>.cpp | .cu         bench_<name>                not a test
 #
 # A directory under tests/ that has its own CMakeLists.txt is a separate project (tests/consumer),
-# not a module. .cu programs link headroom::cuda, headroom::nccl (when enabled) and CUDA::cublas.
+# not a module. examples/<name>.cpp | .cu are built by examples/CMakeLists.txt (which also builds
+# them standalone against an installed headroom), through headroom_add_program. .cu programs link headroom::cuda, headroom::nccl (when enabled) and CUDA::cublas.
 include_guard(GLOBAL)
 
 # Warnings for headroom's own programs (not exported: consumers pick their own).
@@ -119,12 +119,11 @@ function(headroom_add_program target)
 endfunction()
 
 # headroom_collect_programs(<var>): globs the sources of the enabled kinds of programs.
-# Sets <var>_TESTS, <var>_EXAMPLES, <var>_DEMO, <var>_BENCH and <var>_HAVE_CUDA (TRUE when a
-# .cu file would be built) in the caller's scope.
+# Sets <var>_TESTS, <var>_DEMO, <var>_BENCH and <var>_HAVE_CUDA (TRUE when a .cu file would be
+# built) in the caller's scope.
 function(headroom_collect_programs var)
   set(root "${PROJECT_SOURCE_DIR}")
   set(tests "")
-  set(examples "")
   set(demo "")
   set(bench "")
   if(HEADROOM_ENABLE_TESTS)
@@ -137,20 +136,18 @@ function(headroom_collect_programs var)
     endforeach()
   endif()
   if(HEADROOM_ENABLE_EXAMPLES)
-    file(GLOB examples CONFIGURE_DEPENDS "${root}/examples/*.cpp" "${root}/examples/*.cu")
     file(GLOB demo CONFIGURE_DEPENDS "${root}/examples/demo/*.cpp")
   endif()
   if(HEADROOM_ENABLE_BENCH)
     file(GLOB bench CONFIGURE_DEPENDS "${root}/bench/*.cpp" "${root}/bench/*.cu")
   endif()
   set(have_cuda FALSE)
-  foreach(src IN LISTS tests examples bench)
+  foreach(src IN LISTS tests bench)
     if(src MATCHES "\\.cu$")
       set(have_cuda TRUE)
     endif()
   endforeach()
   set(${var}_TESTS "${tests}" PARENT_SCOPE)
-  set(${var}_EXAMPLES "${examples}" PARENT_SCOPE)
   set(${var}_DEMO "${demo}" PARENT_SCOPE)
   set(${var}_BENCH "${bench}" PARENT_SCOPE)
   set(${var}_HAVE_CUDA ${have_cuda} PARENT_SCOPE)
@@ -195,18 +192,19 @@ function(headroom_add_programs var)
     headroom_add_program(${target} SOURCES "${src}" DOCTEST TEST ${target} LABELS ${labels} MPI_RANKS ${ranks})
   endforeach()
 
-  foreach(src IN LISTS ${var}_EXAMPLES)
-    get_filename_component(name "${src}" NAME_WE)
-    if(src MATCHES "\\.cu$")
-      if(NOT HEADROOM_ENABLE_CUDA)
-        math(EXPR skipped_cuda "${skipped_cuda} + 1")
-        continue()
-      endif()
-      headroom_add_program(example_${name} SOURCES "${src}" TEST example_${name} LABELS gpu)
-    else()
-      headroom_add_program(example_${name} SOURCES "${src}" TEST example_${name} LABELS host)
+  # trace: Python's pickle reads the snapshots test_trace_snapshots writes, as memory_viz would.
+  if(TARGET test_trace_snapshots)
+    find_package(Python3 COMPONENTS Interpreter)
+    if(Python3_Interpreter_FOUND)
+      set(dir "${PROJECT_BINARY_DIR}/trace_snapshots")
+      set_tests_properties(test_trace_snapshots PROPERTIES ENVIRONMENT "HEADROOM_TRACE_SNAPSHOT_DIR=${dir}"
+                           FIXTURES_SETUP trace_snapshots)
+      add_test(NAME trace_check_snapshot
+               COMMAND "${Python3_EXECUTABLE}" "${PROJECT_SOURCE_DIR}/tests/trace/check_snapshot.py" "${dir}")
+      set_tests_properties(trace_check_snapshot PROPERTIES LABELS host FIXTURES_REQUIRED trace_snapshots
+                           TIMEOUT ${HEADROOM_TEST_TIMEOUT})
     endif()
-  endforeach()
+  endif()
 
   if(${var}_DEMO)
     headroom_add_program(headroom-demo SOURCES ${${var}_DEMO} TEST demo LABELS host)
