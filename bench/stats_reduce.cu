@@ -15,6 +15,13 @@
 //   headroom_max_pageable   the same without the pinned buffer
 //   per_key         one ncclAllReduce per key (staged once in, once out): composer's pattern
 //   headroom_gather stats::reducer::gather (one all_gather, per-rank table), for reference
+//   device_resident stats::cuda::device_reducer::max on a report already in device memory
+//                   (issue 16): one ncclAllReduce of the keys, a D2H copy into a pinned slot and an
+//                   event, then get() (waits for the event, decodes). Target <= 1.1x nccl_device.
+//   device_graph    the same reduction captured once in a CUDA graph: cudaGraphLaunch, then get()
+//   host enqueue    host time the training thread spends per logged step: device_reducer::max()
+//                   alone (eager), cudaGraphLaunch alone (graph), and ready() + get() once the
+//                   result is there (the later read). Target <= 5 us for the enqueue.
 // Time per call: host wall clock (steady_clock) around the call, and CUDA events recorded on
 // the stream before and after; medians on rank 0. The torch peer is bench/stats_reduce_torch.py.
 //
@@ -44,6 +51,7 @@
 #include "headroom/nccl/bootstrap.hpp"
 #include "headroom/nccl/check.hpp"
 #include "headroom/nccl/communicator.hpp"
+#include "headroom/stats/cuda/device_reducer.hpp"
 #include "headroom/stats/cuda/staging.hpp"
 #include "headroom/stats.hpp"
 
@@ -125,7 +133,25 @@ timing measure(cuda::stream_view s, int warmup, int iterations, std::function<vo
 struct row {
   std::size_t keys = 0;
   timing nccl_device, nccl_staged, headroom_max, headroom_max_pageable, per_key, headroom_gather;
+  timing device_resident, device_graph;
+  double enqueue_us = 0, graph_launch_us = 0, read_us = 0;  // host time on the training thread
 };
+
+// Median host time of `enqueue` alone; the stream drains (untimed) between calls.
+double host_us(cuda::stream_view s, int warmup, int iterations, std::function<void()> const& enqueue,
+               std::function<void()> const& drain) {
+  std::vector<double> t;
+  t.reserve(static_cast<std::size_t>(iterations));
+  for (int i = 0; i < warmup + iterations; ++i) {
+    auto const t0 = std::chrono::steady_clock::now();
+    enqueue();
+    auto const t1 = std::chrono::steady_clock::now();
+    s.synchronize();
+    drain();
+    if (i >= warmup) t.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+  }
+  return median(t);
+}
 
 }  // namespace
 
@@ -216,6 +242,36 @@ int main(int argc, char** argv) try {
       r.per_key = measure(s, std::min(opt.warmup, per_key_it), per_key_it, per_key);
       r.headroom_gather = measure(s, opt.warmup, it, headroom_gather);
       expects<logic_error>(sink == expect, "bench_stats_reduce: wrong max after timing");
+
+      // Device-resident: the report's keys already live on the device (stored once here; a
+      // kernel would write them in a real step), so a step costs the collective and one copy.
+      using dev_reducer = hs::cuda::device_reducer<hs::dynamic_report, nccl::communicator>;
+      hs::workspace<cuda::device_resource, cuda::stream_view> dr_dev(cuda::device_resource{}, s, dev_reducer::device_bytes(plan));
+      hs::workspace<cuda::pinned_resource, cuda::stream_view> dr_pin(cuda::pinned_resource{}, s, dev_reducer::pinned_bytes(plan, 2));
+      dev_reducer resident(comm, plan, report, dr_dev.bytes(), dr_pin.bytes(), s);
+      expects<logic_error>(resident.max(s).get() == expect, "bench_stats_reduce: wrong device-resident max");
+      auto device_resident = [&] { sink = resident.max(s).get(); };
+      cudaGraph_t graph = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      HEADROOM_CUDA_TRY(cudaStreamBeginCapture(s.get(), cudaStreamCaptureModeThreadLocal));
+      auto const captured = resident.max(s);
+      HEADROOM_CUDA_TRY(cudaStreamEndCapture(s.get(), &graph));
+      HEADROOM_CUDA_TRY(cudaGraphInstantiate(&exec, graph, 0));
+      auto device_graph = [&] {
+        HEADROOM_CUDA_TRY(cudaGraphLaunch(exec, s.get()));
+        sink = captured.get();
+      };
+      HEADROOM_CUDA_TRY(cudaGraphLaunch(exec, s.get()));
+      expects<logic_error>(captured.get() == expect, "bench_stats_reduce: wrong graph-captured max");
+      r.device_resident = measure(s, opt.warmup, it, device_resident);
+      r.device_graph = measure(s, opt.warmup, it, device_graph);
+      dev_reducer::pending_type pending;
+      r.enqueue_us = host_us(s, opt.warmup, it, [&] { pending = resident.max(s); }, [&] { sink = pending.get(); });
+      r.graph_launch_us = host_us(s, opt.warmup, it, [&] { HEADROOM_CUDA_TRY(cudaGraphLaunch(exec, s.get())); }, [] {});
+      r.read_us = host_us(s, opt.warmup, it, [&] { if (pending.ready()) sink = pending.get(); }, [] {});
+      expects<logic_error>(sink == expect, "bench_stats_reduce: wrong device-resident max after timing");
+      HEADROOM_CUDA_TRY(cudaGraphExecDestroy(exec));
+      HEADROOM_CUDA_TRY(cudaGraphDestroy(graph));
       if (comm.rank() == 0) {
         std::lock_guard lock(m);
         rows[k] = r;
@@ -238,6 +294,13 @@ int main(int argc, char** argv) try {
                 cell(r.headroom_max_pageable).c_str(), cell(r.per_key).c_str(), cell(r.headroom_gather).c_str(),
                 r.headroom_max.wall_us / r.nccl_staged.wall_us, r.headroom_max.wall_us / r.nccl_device.wall_us,
                 r.per_key.wall_us / r.headroom_max.wall_us);
+  std::printf("\ndevice-resident reports (stats::cuda::device_reducer), same run; host us on the training thread\n");
+  std::printf("%6s | %15s %15s %15s | %9s %9s | %9s %9s %9s\n", "keys", "nccl_device", "device_resident", "device_graph",
+              "res/dev", "graph/dev", "enqueue", "launch", "read");
+  for (auto const& r : rows)
+    std::printf("%6zu | %15s %15s %15s | %9.3f %9.3f | %9.2f %9.2f %9.2f\n", r.keys, cell(r.nccl_device).c_str(),
+                cell(r.device_resident).c_str(), cell(r.device_graph).c_str(), r.device_resident.wall_us / r.nccl_device.wall_us,
+                r.device_graph.wall_us / r.nccl_device.wall_us, r.enqueue_us, r.graph_launch_us, r.read_us);
   std::ostringstream js;
   js << "{\"bench\":\"stats_reduce\",\"device\":\"" << device_name << "\",\"gpus\":2,\"iterations\":" << opt.iterations
      << ",\"unit\":\"us\",\"target_max_over_staged\":1.1,\"results\":[";
@@ -253,6 +316,11 @@ int main(int argc, char** argv) try {
     put("headroom_max_pageable", r.headroom_max_pageable);
     put("per_key", r.per_key);
     put("headroom_gather", r.headroom_gather);
+    put("device_resident", r.device_resident);
+    put("device_graph", r.device_graph);
+    js << "\"enqueue_host_us\":" << r.enqueue_us << ",\"graph_launch_host_us\":" << r.graph_launch_us
+       << ",\"read_host_us\":" << r.read_us << ",\"resident_over_device\":" << r.device_resident.wall_us / r.nccl_device.wall_us
+       << ",\"graph_over_device\":" << r.device_graph.wall_us / r.nccl_device.wall_us << ",";
     js << "\"max_over_staged\":" << r.headroom_max.wall_us / r.nccl_staged.wall_us
        << ",\"max_over_device\":" << r.headroom_max.wall_us / r.nccl_device.wall_us
        << ",\"per_key_over_max\":" << r.per_key.wall_us / r.headroom_max.wall_us << "}";
