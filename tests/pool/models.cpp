@@ -1,6 +1,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -88,23 +89,90 @@ TEST_CASE("workloads: one unit per layer, expert bucket split by EP, non-unit bu
   CHECK(small.non_unit.size() == 1);
 }
 
-TEST_CASE("fp8 params: u8 linear buckets plus a bf16 bucket, first and last layers bf16") {
+// Megatron opens a layer's first parameter group with its first parameter, a norm (TE's
+// LayerNormLinear registers layer_norm_weight before weight), so the bf16 bucket comes first
+// (issue 17 §6a; the data had [u8, bf16] before, sizes unchanged).
+TEST_CASE("fp8 params: bf16 bucket first, then u8 linear (and expert) buckets; first and last layers bf16") {
   auto const w = m::make_workload(m::nemotron_h_8b(), {.fp8_params = true});
+  CHECK(w.name == "Nemotron-H-8B fp8 bf16-ends");
   REQUIRE(w.units[0].buckets.size() == 1);  // first layer: bf16 only
   CHECK(w.units[0].buckets[0].type == dtype::bf16);
   REQUIRE(w.units[2].buckets.size() == 2);  // layer.2 is Mamba
-  CHECK(w.units[2].buckets[0].type == dtype::u8);
-  CHECK(w.units[2].buckets[0].bytes == 109'576'192);
-  CHECK(w.units[2].buckets[1].bytes == 63'872 * 2);
+  CHECK(w.units[2].buckets[0].type == dtype::bf16);
+  CHECK(w.units[2].buckets[0].bytes == 63'872 * 2);
+  CHECK(w.units[2].buckets[1].type == dtype::u8);
+  CHECK(w.units[2].buckets[1].bytes == 109'576'192);
   CHECK(w.units.back().buckets.size() == 1);
   // Gradients: same groups, all bf16.
   auto const g = m::make_workload(m::nemotron_h_8b(), {.fp8_params = true, .grad_dtype = dtype::bf16});
-  CHECK(g.units[2].buckets[0].type == dtype::bf16);
-  CHECK(g.units[2].buckets[0].bytes == 109'576'192 * 2);
+  CHECK(g.units[2].buckets[1].type == dtype::bf16);
+  CHECK(g.units[2].buckets[1].bytes == 109'576'192 * 2);
   // The dtype-asymmetric case: by_bytes shares the bf16 first layer with the u8 slot.
   auto const typed = make_plan<max, by_dtype>(w);
   auto const bytes = make_plan<max, by_bytes>(w);
   CHECK(bytes.arena_bytes < typed.arena_bytes);
+  // MoE under fp8: [bf16 non-expert, u8 shared experts + latent projections, u8 experts / EP].
+  auto const s = m::make_workload(m::nemotron_3_super_120b_a12b(), {.expert_parallel = 8, .fp8_params = true});
+  REQUIRE(s.units[1].buckets.size() == 3);
+  CHECK(s.units[1].buckets[0].type == dtype::bf16);
+  CHECK(s.units[1].buckets[1].type == dtype::u8);
+  CHECK(s.units[1].buckets[2].bytes == 2'818'572'288ull / 8);
+  // The two fp8 variants have distinct names (issue 17 §6c).
+  auto const all = m::make_workload(m::nemotron_h_8b(), {.fp8_params = true, .first_last_layers_bf16 = false});
+  CHECK(all.name == "Nemotron-H-8B fp8");
+  CHECK(all.units[0].buckets.size() == 2);
+  CHECK(all.name != w.name);
+}
+
+// Issue 17 §6b: the layer order of Megatron-LM's NVIDIA-Nemotron-3-Super-120B-A12B-BF16.sh, not
+// eight "MEMEM*EMEME" blocks: 23 of 88 layers differ, the first at layer 5.
+TEST_CASE("Nemotron-3-Super layer order is the published hybrid_override_pattern") {
+  auto const c = m::nemotron_3_super_120b_a12b();
+  std::string assumed;
+  for (int i = 0; i < 8; ++i) assumed += "MEMEM*EMEME";
+  REQUIRE(c.pattern.size() == 88);
+  std::size_t differ = 0, first = c.pattern.size();
+  for (std::size_t i = 0; i < 88; ++i)
+    if (c.pattern[i] != assumed[i]) {
+      ++differ;
+      first = std::min(first, i);
+    }
+  CHECK(differ == 23);
+  CHECK(first == 5);
+}
+
+TEST_CASE("other hybrid families: published totals, one unit per layer") {
+  struct expect {
+    m::hybrid_config c;
+    std::size_t layers;
+    double billions;  // the size in the model's name
+    double epsilon;
+  };
+  expect const cases[] = {{m::qwen3_next_80b_a3b(), 48, 80.0, 0.01},
+                          {m::granite_4_0_h_small(), 40, 32.0, 0.01},
+                          {m::jamba_1_5_mini(), 32, 52.0, 0.01},
+                          {m::falcon_h1_0_5b(), 36, 0.52, 0.01}};
+  for (auto const& e : cases) {
+    INFO(e.c.name);
+    CHECK(e.c.pattern.size() == e.layers);
+    CHECK(static_cast<double>(m::parameter_count(e.c)) / 1e9 == doctest::Approx(e.billions).epsilon(e.epsilon));
+    auto const w = m::make_workload(e.c, {.expert_parallel = e.c.experts > 0 ? 8u : 1u});
+    CHECK(w.units.size() == e.layers);
+  }
+  // Qwen3-Next: every layer has MoE, so two buckets; 512 experts x 3 x 2048 x 512 / EP 8.
+  auto const q = m::make_workload(m::qwen3_next_80b_a3b(), {.expert_parallel = 8});
+  REQUIRE(q.units[3].buckets.size() == 2);
+  CHECK(elements(q.units[3].buckets[1]) == 512ull * 3 * 2048 * 512 / 8);
+  CHECK(q.units[3].name == "layer.3 (A)");
+  // Jamba: MoE on odd layers only; attention at layer 4 has a dense MLP.
+  auto const j = m::make_workload(m::jamba_1_5_mini(), {.expert_parallel = 8});
+  CHECK(j.units[0].buckets.size() == 1);
+  CHECK(j.units[1].buckets.size() == 2);
+  CHECK(j.units[4].name == "layer.4 (a)");
+  // Granite ties the output layer to the embedding: one non-unit bucket fewer.
+  CHECK(m::make_workload(m::granite_4_0_h_small(), {.expert_parallel = 8}).non_unit_bytes() ==
+        2 * (100'352ull * 4096 + 4096));
+  CHECK_THROWS_AS((void)m::model("no such model"), invalid_argument);
 }
 
 // "Resulting pools" table of reference §8: MaxPool slots and FixedPool representatives.

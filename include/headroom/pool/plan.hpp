@@ -26,12 +26,14 @@
 
 #include "headroom/core/bytes.hpp"
 #include "headroom/core/error.hpp"
+#include "headroom/pool/execution_order.hpp"
 #include "headroom/pool/policies.hpp"
 #include "headroom/pool/workload.hpp"
 
 namespace headroom::pool {
 
 inline constexpr std::uint32_t no_shape = std::numeric_limits<std::uint32_t>::max();
+inline constexpr std::size_t no_unit = std::numeric_limits<std::size_t>::max();
 /// Most buffer groups a plan may have (a pool tracks free groups of a shape in one 64-bit mask).
 inline constexpr std::size_t max_buffers = 64;
 
@@ -56,13 +58,28 @@ struct slot {
   std::uint64_t bytes = 0;
 };
 
+/// The slots of one category, in plan order (Megatron's per-dtype slot list).
+struct category_slots {
+  category_id category = 0;
+  std::string name;
+  std::vector<std::uint32_t> shapes;
+};
+
 struct plan {
   std::string workload_name;
   std::string planner;
   std::string category_policy;
   std::string padding;
+  /// fixed / max: N copies of every slot. interval: 1 (every bucket owns its slot; units that
+  /// are never resident together share bytes instead).
   std::size_t buffers = 2;
   std::size_t alignment = default_alignment;
+  /// interval plans: N units resident together, and the orders the plan is valid for. 0 / empty
+  /// for fixed and max plans (valid for any order that holds at most `buffers` units of a shape).
+  std::size_t resident = 0;
+  std::vector<execution_order> orders;
+  /// fixed plans: the first unit of the chosen class (the slots are its buckets); no_unit otherwise.
+  std::size_t representative_unit = no_unit;
 
   std::vector<slot_shape> shapes;  ///< one buffer group's layout
   std::vector<slot> slots;         ///< group-major: slot index = group * shapes.size() + shape
@@ -86,6 +103,24 @@ struct plan {
     std::vector<std::size_t> out;
     if (bucket_shape[u][b] == no_shape) return out;
     for (std::uint32_t g = 0; g < buffers; ++g) out.push_back(slot_index(g, bucket_shape[u][b]));
+    return out;
+  }
+  /// fixed plans: the units of the chosen class (they share the slots); empty for other planners.
+  [[nodiscard]] std::vector<std::size_t> chosen_class() const {
+    std::vector<std::size_t> out;
+    if (representative_unit == no_unit) return out;
+    for (std::size_t u = 0; u < unit_count(); ++u)
+      if (pooled[u]) out.push_back(u);
+    return out;
+  }
+  /// Shapes grouped by category, categories in first-appearance order.
+  [[nodiscard]] std::vector<category_slots> categories() const {
+    std::vector<category_slots> out;
+    for (std::uint32_t s = 0; s < shapes.size(); ++s) {
+      auto it = std::find_if(out.begin(), out.end(), [&](auto const& c) { return c.category == shapes[s].category; });
+      if (it == out.end()) it = out.insert(out.end(), category_slots{shapes[s].category, shapes[s].category_name, {}});
+      it->shapes.push_back(s);
+    }
     return out;
   }
   [[nodiscard]] std::size_t pooled_units() const noexcept {
@@ -115,7 +150,16 @@ struct plan {
 
   friend std::ostream& operator<<(std::ostream& os, plan const& p) {
     os << "plan '" << p.workload_name << "': planner=" << p.planner << " category=" << p.category_policy
-       << " padding=" << p.padding << " buffers=" << p.buffers << " alignment=" << p.alignment << "\n";
+       << " padding=" << p.padding << " buffers=" << p.buffers << " alignment=" << p.alignment;
+    if (p.resident > 0) {
+      os << " resident=" << p.resident << " orders=";
+      for (std::size_t i = 0; i < p.orders.size(); ++i)
+        os << (i ? "," : "") << p.orders[i].name << "(" << p.orders[i].units.size() << ")";
+    }
+    if (p.representative_unit != no_unit)
+      os << " class=" << p.pooled_units() << " units like unit " << p.representative_unit << " '"
+         << p.unit_names[p.representative_unit] << "'";
+    os << "\n";
     os << "  arena " << p.arena_bytes << " B (" << format_bytes(p.arena_bytes) << "), " << p.slots.size()
        << " slots; units pooled " << p.pooled_units() << "/" << p.unit_count() << "; fallback "
        << p.fallback_bytes() << " B (" << format_bytes(p.fallback_bytes()) << ") = unpooled units "
@@ -167,7 +211,8 @@ struct plan {
       if (slot_key(a.slots[i]) != slot_key(b.slots[i])) return false;
     return a.workload_name == b.workload_name && a.planner == b.planner && a.category_policy == b.category_policy &&
            a.padding == b.padding && a.buffers == b.buffers && a.alignment == b.alignment &&
-           a.arena_bytes == b.arena_bytes && a.unit_names == b.unit_names && a.pooled == b.pooled &&
+           a.arena_bytes == b.arena_bytes && a.resident == b.resident && a.orders == b.orders &&
+           a.representative_unit == b.representative_unit && a.unit_names == b.unit_names && a.pooled == b.pooled &&
            a.bucket_bytes == b.bucket_bytes && a.bucket_shape == b.bucket_shape && a.non_unit_bytes == b.non_unit_bytes;
   }
 };
@@ -220,6 +265,7 @@ void plan_fixed(plan& p, workload const& w) {
       best_count = count;
     }
   }
+  p.representative_unit = best;
   std::map<category_id, std::uint32_t> ordinals;
   for (std::size_t b = 0; b < keys[best].size(); ++b) {
     category_id const c = keys[best][b].first;

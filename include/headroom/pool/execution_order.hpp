@@ -1,0 +1,99 @@
+#pragma once
+// Execution orders: the sequence in which an engine acquires the units of a workload.
+//
+// With N resident units (prefetch depth + 1), the units alive at once are N consecutive entries
+// of an order. Training visits u0 .. u(n-1) forward, then u(n-1) .. u0 backward; evaluation
+// visits the forward half only; an engine may register any other order (pipeline schedules,
+// recomputation). The interval planner (interval.hpp) plans for the union of the registered
+// orders, so interleaving them (evaluation between training steps) stays inside the plan.
+//
+//   std::vector<pool::execution_order> orders{pool::training_order(w), pool::evaluation_order(w)};
+#include <cstddef>
+#include <ostream>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "headroom/core/error.hpp"
+#include "headroom/pool/workload.hpp"
+
+namespace headroom::pool {
+
+struct execution_order {
+  std::string name;
+  std::vector<std::size_t> units;  ///< unit indices of the workload, in acquisition order
+
+  friend bool operator==(execution_order const&, execution_order const&) = default;
+};
+
+/// Forward then backward: u0 .. u(n-1), u(n-1) .. u0 (the last unit is visited twice in a row).
+[[nodiscard]] inline execution_order training_order(std::size_t units, std::string name = "train") {
+  execution_order o{std::move(name), {}};
+  o.units.reserve(2 * units);
+  for (std::size_t u = 0; u < units; ++u) o.units.push_back(u);
+  for (std::size_t u = units; u-- > 0;) o.units.push_back(u);
+  return o;
+}
+[[nodiscard]] inline execution_order training_order(workload const& w, std::string name = "train") {
+  return training_order(w.units.size(), std::move(name));
+}
+
+/// Forward only: u0 .. u(n-1).
+[[nodiscard]] inline execution_order evaluation_order(std::size_t units, std::string name = "eval") {
+  execution_order o{std::move(name), {}};
+  o.units.reserve(units);
+  for (std::size_t u = 0; u < units; ++u) o.units.push_back(u);
+  return o;
+}
+[[nodiscard]] inline execution_order evaluation_order(workload const& w, std::string name = "eval") {
+  return evaluation_order(w.units.size(), std::move(name));
+}
+
+/// Throws invalid_argument naming the first problem: no orders, fewer than 2 resident units, an
+/// empty order, an order naming a unit the workload does not have, or a unit no order visits
+/// (it would get no place in the arena).
+inline void validate_orders(std::size_t unit_count, std::span<execution_order const> orders, std::size_t resident) {
+  expects(resident >= 2, "pool: resident units N = ", resident,
+          "; expected N >= 2 (the unit computed now and at least one prefetched)");
+  expects(!orders.empty(), "pool: no execution order registered; expected at least one (e.g. training_order(w))");
+  std::vector<char> seen(unit_count, 0);
+  for (auto const& o : orders) {
+    expects(!o.units.empty(), "pool: execution order '", o.name, "' is empty; expected at least one unit");
+    for (std::size_t i = 0; i < o.units.size(); ++i) {
+      expects(o.units[i] < unit_count, "pool: execution order '", o.name, "' names unit ", o.units[i],
+              " at position ", i, "; expected a unit index below ", unit_count);
+      seen[o.units[i]] = 1;
+    }
+  }
+  for (std::size_t u = 0; u < unit_count; ++u)
+    expects(seen[u] != 0, "pool: unit ", u, " is missing from every execution order; expected each of the ",
+            unit_count, " units in at least one order");
+}
+
+namespace detail {
+
+/// Calls f(a, b) for every pair of distinct units within `resident` consecutive entries of `o`
+/// (each pair possibly more than once).
+template <class F>
+void for_each_resident_pair(execution_order const& o, std::size_t resident, F&& f) {
+  std::size_t const n = o.units.size();
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = i + 1; j < n && j < i + resident; ++j)
+      if (o.units[i] != o.units[j]) f(o.units[i], o.units[j]);
+}
+
+/// Calls f(first, last) for every window of `resident` consecutive entries (the whole order
+/// when it is shorter).
+template <class F>
+void for_each_window(execution_order const& o, std::size_t resident, F&& f) {
+  std::size_t const n = o.units.size();
+  if (n <= resident) {
+    f(std::size_t{0}, n);
+    return;
+  }
+  for (std::size_t i = 0; i + resident <= n; ++i) f(i, i + resident);
+}
+
+}  // namespace detail
+}  // namespace headroom::pool
