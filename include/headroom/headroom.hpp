@@ -8,6 +8,7 @@
 #include "headroom/cp.hpp"
 #include "headroom/host.hpp"
 #include "headroom/lifetime.hpp"
+#include "headroom/pipeline.hpp"
 #include "headroom/pool.hpp"
 #include "headroom/stats.hpp"
 #include "headroom/version.hpp"

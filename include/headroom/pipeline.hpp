@@ -1,0 +1,16 @@
+#pragma once
+// headroom::pipeline: pipeline-parallel schedules (GPipe, 1F1B, interleaved 1F1B, ZB-H1) as
+// validated, printable action lists; output retention policies for the last stage; a
+// query-first memory model; an executor over any communicator. CUDA-free; the CUDA backend
+// lives in headroom/pipeline/cuda/.
+#include "headroom/pipeline/action.hpp"
+#include "headroom/pipeline/executor.hpp"
+#include "headroom/pipeline/memory_model.hpp"
+#include "headroom/pipeline/retention.hpp"
+#include "headroom/pipeline/schedule.hpp"
+#include "headroom/pipeline/schedules.hpp"
+#include "headroom/pipeline/shape.hpp"
+#include "headroom/pipeline/stage.hpp"
+#include "headroom/pipeline/stage_bytes.hpp"
+#include "headroom/pipeline/timeline.hpp"
+#include "headroom/pipeline/validate.hpp"

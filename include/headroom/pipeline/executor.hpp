@@ -1,0 +1,272 @@
+#pragma once
+// executor: runs one rank's part of a validated schedule with the user's stage callbacks,
+// moving activations and gradients with the communicator's send/recv.
+//
+//   pipeline::executor exec(comm, resource, sched, bytes);            // host: inline streams
+//   auto result = exec.step(my_stage, pipeline::retention::reduced{});
+//   exec.statistics().bytes().peak  == exec.plan(pipeline::retention::reduced{}).rank(r).peak
+//
+// Memory. Every buffer (received input, output, stash, gradients, weight stash) is allocated from
+// the caller's stream_resource on the compute stream, with the sizes of model_bytes, and counted
+// by a stats::statistics_resource in front of it. A sent output (or input gradient) is released
+// right after its send, stream-ordered (Megatron's deallocate_output_tensor); the last stage
+// keeps outputs and loss values only as its output_retention says. The counters therefore say
+// what the executor holds, and predict_memory() predicts them exactly.
+//
+// GPU backends plug in through the template parameters; nothing here blocks the host:
+//   Comm      any headroom::communicator whose send/recv move std::byte spans (thread_group,
+//             mpi::communicator on host buffers, nccl::communicator on device buffers)
+//   Resource  a stream_resource<Resource, Stream> for activations and gradients (e.g.
+//             cuda::async_resource, or a pool); it must outlive the executor
+//   Stream    the communicator's stream type (cuda::stream_view for NCCL)
+//   Event     lifetime::event_type_for_t<Stream>: the host pairing is included here; include
+//             lifetime/cuda/guard.hpp before instantiating for cuda::stream_view
+// Two streams: callbacks run on `compute`; transfers run on `comm` (the same stream by
+// default). When they differ, each transfer makes `comm` wait for `compute` on the device, a
+// received buffer makes `compute` wait for the recv, and a sent buffer is released through a
+// lifetime::guard (stream_ordered: compute waits for the send's event on the device, then frees).
+// The schedules are deadlock-free under blocking send/recv (validate() checks it), so NCCL's
+// device-side blocking p2p is safe with one host thread per rank.
+//
+// Lifetime: outputs kept under retention::all are guards over the executor's counting resource,
+// so the executor must outlive the step_result that holds them.
+#include <concepts>
+#include <cstddef>
+#include <optional>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "headroom/core/bytes.hpp"
+#include "headroom/core/communicator.hpp"
+#include "headroom/core/error.hpp"
+#include "headroom/core/event.hpp"
+#include "headroom/core/resource.hpp"
+#include "headroom/lifetime/guard.hpp"
+#include "headroom/lifetime/host.hpp"  // event_type_for<host::inline_stream>
+#include "headroom/lifetime/policy.hpp"
+#include "headroom/pipeline/action.hpp"
+#include "headroom/pipeline/memory_model.hpp"
+#include "headroom/pipeline/retention.hpp"
+#include "headroom/pipeline/schedule.hpp"
+#include "headroom/pipeline/stage.hpp"
+#include "headroom/pipeline/stage_bytes.hpp"
+#include "headroom/pipeline/validate.hpp"
+#include "headroom/stats/statistics_resource.hpp"
+
+namespace headroom::pipeline {
+
+/// A communicator that moves raw bytes point to point (every headroom substrate does).
+template <class C>
+concept byte_transport = communicator<C> && requires(C& c, std::span<std::byte const> in, std::span<std::byte> out, int peer,
+                                                     typename C::stream_type const& s) {
+  c.send(in, peer, s);
+  c.recv(out, peer, s);
+};
+
+namespace detail {
+/// A non-owning stream_resource that forwards to a caller-owned one, so the statistics adaptor
+/// can count what passes through without copying the caller's resource.
+template <class Resource>
+class resource_ref {
+ public:
+  explicit resource_ref(Resource& r) noexcept : r_(&r) {}
+  template <class S>
+    requires stream_resource<Resource, S>
+  [[nodiscard]] void* allocate(S const& s, std::size_t bytes, std::size_t alignment = default_alignment) {
+    return r_->allocate(s, bytes, alignment);
+  }
+  template <class S>
+    requires stream_resource<Resource, S>
+  void deallocate(S const& s, void* p, std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
+    r_->deallocate(s, p, bytes, alignment);
+  }
+  friend bool operator==(resource_ref const& a, resource_ref const& b) noexcept { return *a.r_ == *b.r_; }
+  template <class P>
+    requires has_property<Resource, P>
+  friend void get_property(resource_ref const&, P) noexcept {}
+
+ private:
+  Resource* r_;
+};
+}  // namespace detail
+
+/// What one step leaves the caller, filled on the rank that holds the last virtual stage.
+template <class Loss, class Buffer>
+struct step_result {
+  std::vector<int> microbatches;  // micro-batch of each entry below, in the order the losses ran
+  std::vector<Loss> losses;       // retention::reduced and ::all
+  std::vector<Buffer> outputs;    // retention::all: the last stage's outputs, still allocated
+};
+
+template <byte_transport Comm, class Resource, class Stream = typename Comm::stream_type,
+          class Event = lifetime::event_type_for_t<Stream>>
+  requires stream_resource<Resource, Stream> && event<Event, Stream> && std::default_initializable<Event>
+class executor {
+ public:
+  using communicator_type = Comm;
+  using stream_type = Stream;
+  using counting_resource = stats::statistics_resource<detail::resource_ref<Resource>>;
+  using buffer = lifetime::guard<counting_resource, Stream, Event, lifetime::stream_ordered>;
+
+  /// Validates everything before any transfer, identically on every rank: the schedule, one
+  /// model_bytes entry per virtual stage, a communicator of p ranks.
+  executor(Comm& comm, Resource& resource, schedule s, model_bytes bytes, Stream compute, Stream comm_stream)
+      : comm_(&comm),
+        counted_(detail::resource_ref<Resource>(resource)),
+        schedule_(std::move(s)),
+        bytes_(std::move(bytes)),
+        compute_(compute),
+        transfer_(comm_stream) {
+    validate(schedule_);
+    auto const& shape = schedule_.shape();
+    bytes_.check(shape, "pipeline::executor");
+    expects(comm.size() == shape.stages, "pipeline::executor: the communicator has ", comm.size(),
+            " ranks, the schedule '", schedule_.name(), "' needs p = ", shape.stages);
+    rank_ = comm.rank();
+    shape.check_rank(rank_, "pipeline::executor");
+  }
+  /// One stream for callbacks and transfers (the host substrate's inline stream, by default).
+  executor(Comm& comm, Resource& resource, schedule s, model_bytes bytes, Stream stream = Stream{})
+    requires std::default_initializable<Stream>
+      : executor(comm, resource, std::move(s), std::move(bytes), stream, stream) {}
+
+  [[nodiscard]] schedule const& get_schedule() const noexcept { return schedule_; }
+  [[nodiscard]] int rank() const noexcept { return rank_; }
+  /// The counters of everything this executor holds (bytes, allocations; peaks per window).
+  [[nodiscard]] counting_resource& statistics() noexcept { return counted_; }
+
+  /// The memory model's prediction for this executor's schedule and sizes.
+  template <output_retention R>
+  [[nodiscard]] memory_plan plan(R r = {}) const {
+    return predict_memory(schedule_, bytes_, r);
+  }
+
+  /// Runs this rank's actions of one step. Throws invalid_argument before any transfer when the
+  /// schedule splits the backward and `stage` has no backward_input / backward_weight.
+  template <class Stage, output_retention R = retention::reduced>
+    requires pipeline_stage<Stage, Stream>
+  step_result<loss_t<Stage, Stream>, buffer> step(Stage& stage, R = {}) {
+    if constexpr (!split_backward_stage<Stage, Stream>) {
+      expects(!schedule_.splits_backward(), "pipeline::executor::step: schedule '", schedule_.name(),
+              "' splits the backward into backward_input and backward_weight; the stage has no such members");
+    }
+    auto const& shape = schedule_.shape();
+    std::vector<slot> slots(static_cast<std::size_t>(shape.microbatches) * static_cast<std::size_t>(shape.chunks));
+    step_result<loss_t<Stage, Stream>, buffer> result;
+    for (action const& a : schedule_.actions(rank_)) {
+      int const chunk = shape.chunk_of(a.stage);
+      slot& sl = slots[static_cast<std::size_t>(a.microbatch) * static_cast<std::size_t>(shape.chunks) + static_cast<std::size_t>(chunk)];
+      stage_bytes const& b = bytes_[a.stage];
+      std::size_t const in_bytes = bytes_.input(a.stage);
+      bool const last = shape.is_last(a.stage);
+      switch (a.kind) {
+        case action_kind::recv_forward:
+          sl.input = allocate(in_bytes);
+          receive(sl.input, a.peer);
+          break;
+        case action_kind::send_forward: send_and_release(sl.output, a.peer); break;
+        case action_kind::recv_backward:
+          sl.grad_output = allocate(b.output);
+          receive(sl.grad_output, a.peer);
+          break;
+        case action_kind::send_backward: send_and_release(sl.grad_input, a.peer); break;
+        case action_kind::forward: {
+          sl.output = allocate(b.output);
+          sl.stash = allocate(b.activations);
+          stage.forward(forward_args<Stream>{a.microbatch, a.stage, chunk, view(sl.input), view(sl.output), view(sl.stash), compute_});
+          if (last) {
+            auto value = stage.loss(loss_args<Stream>{a.microbatch, a.stage, view(sl.output), view(sl.stash), compute_});
+            if constexpr (R::keeps_losses) {
+              result.microbatches.push_back(a.microbatch);
+              result.losses.push_back(std::move(value));
+            }
+            if constexpr (R::keeps_outputs) {
+              if (sl.output) result.outputs.push_back(std::move(*sl.output));
+              sl.output.reset();
+            } else {
+              release(sl.output);
+            }
+          }
+          break;
+        }
+        case action_kind::backward:
+        case action_kind::backward_input: {
+          bool const split = a.kind == action_kind::backward_input;
+          sl.grad_input = allocate(in_bytes);
+          if (split) sl.weight_stash = allocate(b.weight_stash);
+          backward_args<Stream> const args{a.microbatch,      a.stage,           chunk,
+                                           view(sl.input),    view(sl.grad_output), view(sl.grad_input),
+                                           view(sl.stash),    view(sl.weight_stash), compute_};
+          if (split) {
+            if constexpr (split_backward_stage<Stage, Stream>) stage.backward_input(args);
+          } else {
+            stage.backward(args);
+          }
+          release(sl.grad_output);
+          release(sl.stash);
+          release(sl.input);
+          break;
+        }
+        case action_kind::backward_weight:
+          if constexpr (split_backward_stage<Stage, Stream>)
+            stage.backward_weight(weight_args<Stream>{a.microbatch, a.stage, chunk, view(sl.weight_stash), compute_});
+          release(sl.weight_stash);
+          break;
+      }
+    }
+    return result;
+  }
+
+ private:
+  // The buffers of one (micro-batch, chunk) on this rank; empty where the size is 0 or the
+  // buffer is not live.
+  struct slot {
+    std::optional<buffer> input, output, stash, grad_output, grad_input, weight_stash;
+  };
+
+  [[nodiscard]] std::optional<buffer> allocate(std::size_t bytes) {
+    if (bytes == 0) return std::nullopt;
+    return std::optional<buffer>(std::in_place, counted_, compute_, bytes);
+  }
+  [[nodiscard]] static std::span<std::byte> view(std::optional<buffer>& b) noexcept {
+    return b ? std::span<std::byte>(static_cast<std::byte*>(b->data()), b->size()) : std::span<std::byte>{};
+  }
+  static void release(std::optional<buffer>& b) {
+    if (b) b->release();
+    b.reset();
+  }
+  [[nodiscard]] bool two_streams() const { return !(compute_ == transfer_); }
+  // `to` waits on the device for the work issued to `from` so far.
+  static void order_after(Stream const& from, Stream const& to) {
+    Event e;
+    e.record(from);
+    e.wait_on(to);
+  }
+
+  void send_and_release(std::optional<buffer>& b, int peer) {
+    if (two_streams()) order_after(compute_, transfer_);  // the producer finished writing
+    std::span<std::byte const> const data = view(b);
+    comm_->send(data, peer, transfer_);
+    if (b) b->use_on(transfer_);
+    release(b);  // stream-ordered: compute waits for the send's event, then frees; the host goes on
+  }
+  void receive(std::optional<buffer>& b, int peer) {
+    if (two_streams()) order_after(compute_, transfer_);  // the allocation is ordered on compute
+    comm_->recv(view(b), peer, transfer_);
+    if (two_streams()) {
+      if (b) b->use_on(transfer_);
+      order_after(transfer_, compute_);  // callbacks read it after the recv
+    }
+  }
+
+  Comm* comm_;
+  counting_resource counted_;
+  schedule schedule_;
+  model_bytes bytes_;
+  Stream compute_;
+  Stream transfer_;
+  int rank_ = 0;
+};
+
+}  // namespace headroom::pipeline

@@ -1,0 +1,144 @@
+#pragma once
+// Query-first memory model: each rank's peak, predicted from the schedule and the per-stage
+// byte costs before a byte is allocated.
+//
+//   auto plan = pipeline::predict_memory(sched, bytes, pipeline::retention::none{});
+//   plan.rank(0).peak      // bytes the executor will have live at once on rank 0 (exact)
+//   plan.rank(0).total()   // that plus the stage's parameter bytes
+//
+// The model walks every rank's actions with the executor's buffer rules, so it is exact for the
+// bytes the executor allocates (tests/pipeline/memory_model.cpp checks it against the executor's
+// own counters over schedules x p x m x v):
+//
+//   recv_forward     + input                      send_forward     − output
+//   forward          + output + activations; on the last stage the output goes to the loss and,
+//                    unless the retention keeps outputs, − output right after
+//   recv_backward    + output (its gradient)      send_backward    − input (its gradient)
+//   backward         + input (gradient of the input, not on stage 0), then − gradient of the
+//                    output − activations − input
+//   backward_input   as backward, plus + weight_stash
+//   backward_weight  − weight_stash
+//
+// Within one action every allocation happens before any release, so the peak counts them
+// together. Outputs kept under retention::all are still held at the end of the step.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "headroom/core/bytes.hpp"
+#include "headroom/core/error.hpp"
+#include "headroom/pipeline/action.hpp"
+#include "headroom/pipeline/retention.hpp"
+#include "headroom/pipeline/schedule.hpp"
+#include "headroom/pipeline/stage_bytes.hpp"
+#include "headroom/pipeline/validate.hpp"
+
+namespace headroom::pipeline {
+
+struct rank_memory {
+  int rank = 0;
+  std::int64_t peak = 0;         // most bytes the executor holds at once during the step
+  std::size_t peak_action = 0;   // index of the first action at which the peak is reached
+  std::int64_t held_at_end = 0;  // bytes still held when the step returns (kept outputs)
+  std::int64_t parameters = 0;   // sum of the rank's chunks' parameter bytes
+
+  [[nodiscard]] std::int64_t total() const noexcept { return peak + parameters; }
+  friend bool operator==(rank_memory const&, rank_memory const&) = default;
+};
+
+class memory_plan {
+ public:
+  memory_plan(std::string schedule_name, pipeline_shape shape, std::string_view retention, std::vector<rank_memory> ranks)
+      : schedule_(std::move(schedule_name)), shape_(shape), retention_(retention), ranks_(std::move(ranks)) {}
+
+  [[nodiscard]] rank_memory const& rank(int r) const {
+    shape_.check_rank(r, "pipeline::memory_plan::rank");
+    return ranks_[static_cast<std::size_t>(r)];
+  }
+  [[nodiscard]] std::vector<rank_memory> const& ranks() const noexcept { return ranks_; }
+  [[nodiscard]] pipeline_shape const& shape() const noexcept { return shape_; }
+  [[nodiscard]] std::string_view retention() const noexcept { return retention_; }
+  /// The rank with the highest total (the one a dashboard must show).
+  [[nodiscard]] rank_memory const& max_rank() const {
+    return *std::max_element(ranks_.begin(), ranks_.end(),
+                             [](rank_memory const& a, rank_memory const& b) { return a.total() < b.total(); });
+  }
+
+  friend std::ostream& operator<<(std::ostream& os, memory_plan const& m) {
+    os << "memory plan " << m.schedule_ << " (" << m.shape_ << ", retention " << m.retention_ << ")\n";
+    for (auto const& r : m.ranks_)
+      os << "  rank " << r.rank << ": peak " << format_bytes(static_cast<std::uint64_t>(r.peak)) << " at action "
+         << r.peak_action << ", held at end " << format_bytes(static_cast<std::uint64_t>(r.held_at_end)) << ", parameters "
+         << format_bytes(static_cast<std::uint64_t>(r.parameters)) << ", total " << format_bytes(static_cast<std::uint64_t>(r.total()))
+         << '\n';
+    return os;
+  }
+
+ private:
+  std::string schedule_;
+  pipeline_shape shape_;
+  std::string_view retention_;
+  std::vector<rank_memory> ranks_;
+};
+
+/// Predicts every rank's peak for one step of `s` with costs `bytes` and retention R. Validates
+/// the schedule first; throws invalid_argument when `bytes` does not have p·v stages.
+template <output_retention R>
+[[nodiscard]] memory_plan predict_memory(schedule const& s, model_bytes const& bytes, R = {}) {
+  validate(s);
+  auto const& shape = s.shape();
+  bytes.check(shape, "pipeline::predict_memory");
+  auto const as_int = [](std::size_t n) {
+    expects(n <= static_cast<std::size_t>(INT64_MAX / 4), "pipeline::predict_memory: ", n, " bytes is too large to count");
+    return static_cast<std::int64_t>(n);
+  };
+  std::vector<rank_memory> out;
+  for (int r = 0; r < shape.stages; ++r) {
+    rank_memory m{.rank = r};
+    for (int st = r; st < shape.virtual_stages(); st += shape.stages) m.parameters += as_int(bytes[st].parameters);
+    std::int64_t live = 0;
+    auto const list = s.actions(r);
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      action const& a = list[i];
+      auto const& b = bytes[a.stage];
+      std::int64_t const in = as_int(bytes.input(a.stage));
+      std::int64_t const outb = as_int(b.output);
+      std::int64_t const act = as_int(b.activations);
+      std::int64_t const ws = as_int(b.weight_stash);
+      bool const last = shape.is_last(a.stage);
+      std::int64_t grow = 0;
+      std::int64_t shrink = 0;
+      switch (a.kind) {
+        case action_kind::recv_forward: grow = in; break;
+        case action_kind::send_forward: shrink = outb; break;
+        case action_kind::recv_backward: grow = outb; break;
+        case action_kind::send_backward: shrink = in; break;
+        case action_kind::forward:
+          grow = outb + act;
+          if (last && !R::keeps_outputs) shrink = outb;
+          break;
+        case action_kind::backward:
+        case action_kind::backward_input:
+          grow = in + (a.kind == action_kind::backward_input ? ws : 0);
+          shrink = (last ? 0 : outb) + act + in;
+          break;
+        case action_kind::backward_weight: shrink = ws; break;
+      }
+      live += grow;
+      if (live > m.peak) {
+        m.peak = live;
+        m.peak_action = i;
+      }
+      live -= shrink;
+    }
+    m.held_at_end = live;
+    out.push_back(m);
+  }
+  return memory_plan(s.name(), shape, R::name, std::move(out));
+}
+
+}  // namespace headroom::pipeline

@@ -1,0 +1,181 @@
+#pragma once
+// Schedule generators, as policy tags: `make_schedule<one_f_one_b>({.stages = 4, .microbatches = 8})`.
+//
+//   gpipe             all forwards, then all backwards (fill-drain; Huang et al. 2019). With v > 1
+//                     chunks per rank it runs chunk by chunk (PyTorch's ScheduleLoopedBFS).
+//   one_f_one_b       PipeDream-Flush / Megatron's non-interleaved schedule: rank r runs
+//                     min(p − r − 1, m) warm-up forwards, then alternates one forward and one
+//                     backward, then drains; at most min(m, p − r) micro-batches in flight.
+//   interleaved_1f1b  Megatron's interleaved schedule: v chunks per rank, micro-batches taken in
+//                     groups of g (default p) per chunk, warm-up 2(p − r − 1) + (v − 1)·g forwards
+//                     (capped at m·v). Needs m >= p, g >= p and m a multiple of g.
+//   zb_h1             zero-bubble ZB-H1 (Qi et al. 2023): 1F1B's warm-up and in-flight bound, the
+//                     backward split into I (input gradient, on the critical path) and W (weight
+//                     gradient); rank r runs each W r backwards late, so later ranks fill the
+//                     drain with weight gradients while input gradients travel to rank 0.
+//
+// Every generator checks its shape and throws invalid_argument naming the value and the rule,
+// and returns a schedule that validate() accepts (the tests check this over a grid of shapes).
+#include <algorithm>
+#include <concepts>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "headroom/core/error.hpp"
+#include "headroom/pipeline/action.hpp"
+#include "headroom/pipeline/detail/lower.hpp"
+#include "headroom/pipeline/schedule.hpp"
+#include "headroom/pipeline/shape.hpp"
+
+namespace headroom::pipeline {
+
+/// A schedule generator: a tag with a name and a static generate(shape).
+template <class G>
+concept schedule_generator = requires(pipeline_shape const& shape) {
+  { G::name } -> std::convertible_to<std::string_view>;
+  { G::generate(shape) } -> std::same_as<schedule>;
+};
+
+namespace detail {
+inline void check_common(pipeline_shape const& shape, std::string_view name) {
+  std::string const who = "pipeline::" + std::string(name);
+  shape.check(who.c_str());
+  expects(shape.stages >= 2 || shape.chunks == 1, who, ": chunks (v) = ", shape.chunks,
+          " with stages (p) = 1, expected v = 1: a single rank holds the whole model in one chunk");
+}
+inline void check_one_chunk(pipeline_shape const& shape, std::string_view name) {
+  expects(shape.chunks == 1, "pipeline::", name, ": chunks (v) = ", shape.chunks,
+          ", expected 1 (one model chunk per rank; use interleaved_1f1b for v > 1)");
+}
+}  // namespace detail
+
+struct gpipe {
+  static constexpr std::string_view name = "gpipe";
+  [[nodiscard]] static schedule generate(pipeline_shape const& shape) {
+    detail::check_common(shape, name);
+    std::vector<std::vector<action>> order(static_cast<std::size_t>(shape.stages));
+    for (int r = 0; r < shape.stages; ++r) {
+      auto& o = order[static_cast<std::size_t>(r)];
+      for (int c = 0; c < shape.chunks; ++c)
+        for (int k = 0; k < shape.microbatches; ++k) o.push_back(detail::compute(action_kind::forward, k, shape.virtual_stage(r, c)));
+      for (int c = shape.chunks - 1; c >= 0; --c)
+        for (int k = 0; k < shape.microbatches; ++k) o.push_back(detail::compute(action_kind::backward, k, shape.virtual_stage(r, c)));
+    }
+    return detail::lower(std::string(name), shape, order);
+  }
+};
+static_assert(schedule_generator<gpipe>);
+
+struct one_f_one_b {
+  static constexpr std::string_view name = "1f1b";
+
+  /// Rank r's 1F1B order: min(p - r - 1, m) warm-up forwards, then one forward and one
+  /// backward at a time, then the remaining backwards; `backward(i, order)` appends the
+  /// backward of micro-batch i (whole, or split as zb_h1 does).
+  template <class Backward>
+  static void order(pipeline_shape const& shape, int r, std::vector<action>& o, Backward&& backward) {
+    int const m = shape.microbatches;
+    int const warmup = std::min(shape.stages - r - 1, m);
+    for (int k = 0; k < warmup; ++k) o.push_back(detail::compute(action_kind::forward, k, r));
+    for (int i = 0; i < m - warmup; ++i) {
+      o.push_back(detail::compute(action_kind::forward, warmup + i, r));
+      backward(i, o);
+    }
+    for (int i = m - warmup; i < m; ++i) backward(i, o);
+  }
+
+  [[nodiscard]] static schedule generate(pipeline_shape const& shape) {
+    detail::check_common(shape, name);
+    detail::check_one_chunk(shape, name);
+    std::vector<std::vector<action>> order(static_cast<std::size_t>(shape.stages));
+    for (int r = 0; r < shape.stages; ++r)
+      one_f_one_b::order(shape, r, order[static_cast<std::size_t>(r)],
+                         [r](int i, std::vector<action>& o) { o.push_back(detail::compute(action_kind::backward, i, r)); });
+    return detail::lower(std::string(name), shape, order);
+  }
+};
+static_assert(schedule_generator<one_f_one_b>);
+
+struct interleaved_1f1b {
+  static constexpr std::string_view name = "interleaved_1f1b";
+
+  /// Megatron's get_model_chunk_id: the chunk and micro-batch of the i-th forward (or backward)
+  /// of a rank, micro-batches taken g at a time per chunk.
+  struct slot {
+    int chunk;
+    int microbatch;
+  };
+  [[nodiscard]] static constexpr slot nth(pipeline_shape const& shape, int i, bool forward) noexcept {
+    int const g = shape.group_size();
+    int const v = shape.chunks;
+    int const in_group = i % (g * v);
+    int const chunk = in_group / g;
+    return {forward ? chunk : v - 1 - chunk, (i / (g * v)) * g + in_group % g};
+  }
+  /// Forwards rank `rank` runs before its first backward.
+  [[nodiscard]] static constexpr int warmup(pipeline_shape const& shape, int rank) noexcept {
+    int const total = shape.microbatches * shape.chunks;
+    return std::min(2 * (shape.stages - rank - 1) + (shape.chunks - 1) * shape.group_size(), total);
+  }
+
+  [[nodiscard]] static schedule generate(pipeline_shape const& shape) {
+    detail::check_common(shape, name);
+    int const p = shape.stages;
+    int const m = shape.microbatches;
+    int const g = shape.group_size();
+    expects(m >= p, "pipeline::interleaved_1f1b: microbatches (m) = ", m, " < stages (p) = ", p, ", expected m >= p");
+    expects(g >= p, "pipeline::interleaved_1f1b: group (g) = ", g, " < stages (p) = ", p,
+            ", expected a micro-batch group of at least p (Megatron's microbatch_group_size_per_vp_stage)");
+    expects(m % g == 0, "pipeline::interleaved_1f1b: microbatches (m) = ", m, " is not a multiple of the group size g = ",
+            g, ", expected m % g == 0");
+    int const total = m * shape.chunks;
+    std::vector<std::vector<action>> order(static_cast<std::size_t>(p));
+    for (int r = 0; r < p; ++r) {
+      auto& o = order[static_cast<std::size_t>(r)];
+      auto const add = [&](int i, bool forward) {
+        slot const s = nth(shape, i, forward);
+        o.push_back(detail::compute(forward ? action_kind::forward : action_kind::backward, s.microbatch,
+                                    shape.virtual_stage(r, s.chunk)));
+      };
+      int const w = warmup(shape, r);
+      for (int i = 0; i < w; ++i) add(i, true);
+      for (int i = 0; i < total - w; ++i) {
+        add(w + i, true);
+        add(i, false);
+      }
+      for (int i = total - w; i < total; ++i) add(i, false);
+    }
+    return detail::lower(std::string(name), shape, order);
+  }
+};
+static_assert(schedule_generator<interleaved_1f1b>);
+
+struct zb_h1 {
+  static constexpr std::string_view name = "zb_h1";
+  [[nodiscard]] static schedule generate(pipeline_shape const& shape) {
+    detail::check_common(shape, name);
+    detail::check_one_chunk(shape, name);
+    std::vector<std::vector<action>> order(static_cast<std::size_t>(shape.stages));
+    for (int r = 0; r < shape.stages; ++r) {
+      auto& o = order[static_cast<std::size_t>(r)];
+      int const delay = r;  // W of micro-batch i runs after I of micro-batch i + delay
+      int weights = 0;
+      one_f_one_b::order(shape, r, o, [&](int i, std::vector<action>& list) {
+        list.push_back(detail::compute(action_kind::backward_input, i, r));
+        if (i - delay >= 0) list.push_back(detail::compute(action_kind::backward_weight, weights++, r));
+      });
+      while (weights < shape.microbatches) o.push_back(detail::compute(action_kind::backward_weight, weights++, r));
+    }
+    return detail::lower(std::string(name), shape, order);
+  }
+};
+static_assert(schedule_generator<zb_h1>);
+
+/// Builds the schedule of generator G for `shape`.
+template <schedule_generator G>
+[[nodiscard]] schedule make_schedule(pipeline_shape const& shape) {
+  return G::generate(shape);
+}
+
+}  // namespace headroom::pipeline

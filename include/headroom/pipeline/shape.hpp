@@ -1,0 +1,51 @@
+#pragma once
+// The shape of a pipeline: p ranks (stages), m micro-batches per step, v model chunks per rank,
+// and the micro-batch group size g of the interleaved schedule (Megatron's
+// microbatch_group_size_per_vp_stage; 0 means "p", Megatron's default).
+//
+// Virtual stage s in [0, p·v) lives on rank s mod p as chunk s / p (interleaved placement), so
+// consecutive virtual stages are always on neighbouring ranks and virtual stage 0 and the last
+// one are on ranks 0 and p − 1.
+#include <ostream>
+
+#include "headroom/core/error.hpp"
+
+namespace headroom::pipeline {
+
+struct pipeline_shape {
+  int stages = 1;        // p: ranks in the pipeline group
+  int microbatches = 1;  // m
+  int chunks = 1;        // v: model chunks (virtual stages) per rank
+  int group = 0;         // g: interleaved micro-batch group size; 0 = p
+
+  [[nodiscard]] constexpr int virtual_stages() const noexcept { return stages * chunks; }
+  [[nodiscard]] constexpr int group_size() const noexcept { return group == 0 ? stages : group; }
+  [[nodiscard]] constexpr int rank_of(int virtual_stage) const noexcept { return virtual_stage % stages; }
+  [[nodiscard]] constexpr int chunk_of(int virtual_stage) const noexcept { return virtual_stage / stages; }
+  [[nodiscard]] constexpr int virtual_stage(int rank, int chunk) const noexcept { return chunk * stages + rank; }
+  [[nodiscard]] constexpr bool is_last(int virtual_stage) const noexcept { return virtual_stage == virtual_stages() - 1; }
+
+  /// Throws invalid_argument unless p, m, v >= 1, g >= 0 and p·v fits an int; `who` prefixes
+  /// the message (the schedule or function that was given the shape).
+  void check(char const* who) const {
+    expects(stages >= 1, who, ": stages (p) = ", stages, ", expected >= 1");
+    expects(microbatches >= 1, who, ": microbatches (m) = ", microbatches, ", expected >= 1");
+    expects(chunks >= 1, who, ": chunks (v) = ", chunks, ", expected >= 1 model chunk per rank");
+    expects(group >= 0, who, ": group (g) = ", group, ", expected >= 0 (0 means p)");
+    expects(stages <= (1 << 20) && chunks <= (1 << 20) && microbatches <= (1 << 24), who, ": shape p = ", stages,
+            ", v = ", chunks, ", m = ", microbatches, " is too large (p, v <= 2^20, m <= 2^24)");
+  }
+  /// Throws invalid_argument unless `rank` is in [0, p).
+  void check_rank(int rank, char const* who) const {
+    expects(rank >= 0 && rank < stages, who, ": stage ", rank, " out of range [0, ", stages, ") for p = ", stages);
+  }
+
+  friend constexpr bool operator==(pipeline_shape const&, pipeline_shape const&) noexcept = default;
+  friend std::ostream& operator<<(std::ostream& os, pipeline_shape const& s) {
+    os << "p=" << s.stages << " m=" << s.microbatches << " v=" << s.chunks;
+    if (s.chunks > 1) os << " g=" << s.group_size();
+    return os;
+  }
+};
+
+}  // namespace headroom::pipeline

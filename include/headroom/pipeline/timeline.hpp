@@ -1,0 +1,55 @@
+#pragma once
+// timeline(schedule): the schedule as a small Gantt chart, one row per rank and one column per
+// tick, every computation taking one tick and transfers none (the simulation validate() runs).
+//
+//   rank 0 | F0 F1 F2 F3 B0 F4 B1 ...
+//   rank 1 | .  F0 F1 F2 B0 F3 B1 ...
+//
+// A cell is the computation's letter (F, B, I = input half of a split backward, W = weight
+// half) and micro-batch, with ".c" for chunk c when ranks hold several chunks; "." is idle.
+#include <algorithm>
+#include <cstddef>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "headroom/pipeline/detail/simulate.hpp"
+#include "headroom/pipeline/schedule.hpp"
+#include "headroom/pipeline/validate.hpp"
+
+namespace headroom::pipeline {
+
+/// The ticks the schedule takes with unit-time computations (its length including bubbles).
+[[nodiscard]] inline int ticks(schedule const& s) {
+  validate(s);
+  return detail::simulate(s).ticks;
+}
+
+/// The timeline as text, one line per rank (validates the schedule first).
+[[nodiscard]] inline std::string timeline(schedule const& s) {
+  validate(s);
+  auto const sim = detail::simulate(s);
+  auto const& shape = s.shape();
+  std::vector<std::vector<std::string>> cells(s.ranks().size(), std::vector<std::string>(static_cast<std::size_t>(sim.ticks), "."));
+  std::size_t width = 1;
+  for (std::size_t r = 0; r < cells.size(); ++r) {
+    auto const& list = s.ranks()[r];
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      int const t = sim.tick_of[r][i];
+      if (t < 0) continue;
+      std::string label = letter_of(list[i].kind) + std::to_string(list[i].microbatch);
+      if (shape.chunks > 1) label += "." + std::to_string(shape.chunk_of(list[i].stage));
+      width = std::max(width, label.size());
+      cells[r][static_cast<std::size_t>(t)] = std::move(label);
+    }
+  }
+  std::ostringstream os;
+  for (std::size_t r = 0; r < cells.size(); ++r) {
+    os << "rank " << r << " |";
+    for (auto const& c : cells[r]) os << ' ' << c << std::string(width - c.size(), ' ');
+    os << '\n';
+  }
+  return os.str();
+}
+
+}  // namespace headroom::pipeline

@@ -1,0 +1,132 @@
+#pragma once
+// validate(schedule): proves a schedule correct before it runs, or throws invalid_argument
+// naming the rank, the action and the rule it breaks.
+//
+//   1. every action is in range: micro-batch in [0, m), its virtual stage lives on this rank,
+//      a transfer names the rank of the neighbouring stage as its peer;
+//   2. every (micro-batch, stage) of a rank runs forward exactly once and then either one
+//      backward or one backward_input followed by one backward_weight;
+//   3. data flows: the input arrives (recv_forward) before the forward that reads it, the output
+//      leaves (send_forward) after the forward that makes it, and the same for gradients;
+//   4. played against each other under blocking send/recv (a send completes only with its
+//      recv), the ranks finish: every send meets the recv of the same tensor, nothing deadlocks.
+//
+// find_problem() returns the first problem as text (empty when the schedule is valid).
+#include <array>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "headroom/core/error.hpp"
+#include "headroom/pipeline/action.hpp"
+#include "headroom/pipeline/detail/simulate.hpp"
+#include "headroom/pipeline/schedule.hpp"
+
+namespace headroom::pipeline {
+
+namespace detail {
+
+// The peer a transfer must name, or −1 when the transfer cannot exist at that stage.
+[[nodiscard]] inline int expected_peer(pipeline_shape const& shape, action const& a) {
+  int const last = shape.virtual_stages() - 1;
+  switch (a.kind) {
+    case action_kind::send_forward:
+    case action_kind::recv_backward: return a.stage < last ? shape.rank_of(a.stage + 1) : -1;
+    case action_kind::recv_forward:
+    case action_kind::send_backward: return a.stage > 0 ? shape.rank_of(a.stage - 1) : -1;
+    default: return -1;
+  }
+}
+
+[[nodiscard]] inline std::string check_rank_list(schedule const& s, int rank) {
+  using headroom::detail::concat;
+  auto const& shape = s.shape();
+  auto const list = s.actions(rank);
+  int const vs = shape.virtual_stages();
+  std::string const head = concat("pipeline::validate(", s.name(), ", ", shape, "): rank ", rank, ' ');
+  constexpr std::size_t kinds = 8;
+  std::vector<std::array<long, kinds>> at(static_cast<std::size_t>(shape.microbatches) * static_cast<std::size_t>(vs));
+  for (auto& row : at) row.fill(-1);
+
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    action const& a = list[i];
+    auto const bad = [&](auto const&... why) { return concat(head, "action ", i, " (", a, "): ", why...); };
+    if (a.microbatch < 0 || a.microbatch >= shape.microbatches)
+      return bad("micro-batch ", a.microbatch, " out of range [0, ", shape.microbatches, ")");
+    if (a.stage < 0 || a.stage >= vs) return bad("virtual stage ", a.stage, " out of range [0, ", vs, ")");
+    if (shape.rank_of(a.stage) != rank)
+      return bad("virtual stage ", a.stage, " lives on rank ", shape.rank_of(a.stage), ", not on this one");
+    if (is_compute(a.kind) && a.peer != -1) return bad("a computation has peer ", a.peer, ", expected -1");
+    if (!is_compute(a.kind)) {
+      int const want = expected_peer(shape, a);
+      if (want < 0) return bad("stage ", a.stage, " has no neighbour in that direction");
+      if (want == rank) return bad("a transfer to its own rank (p = 1 needs v = 1)");
+      if (a.peer != want) return bad("peer ", a.peer, ", expected rank ", want);
+    }
+    auto& mark = at[static_cast<std::size_t>(a.microbatch) * static_cast<std::size_t>(vs) + static_cast<std::size_t>(a.stage)]
+                   [static_cast<std::size_t>(a.kind)];
+    if (mark >= 0) return bad("repeats action ", mark, "; each action runs once per micro-batch and stage");
+    mark = static_cast<long>(i);
+  }
+
+  for (int k = 0; k < shape.microbatches; ++k) {
+    for (int st = rank; st < vs; st += shape.stages) {
+      auto const& slot = at[static_cast<std::size_t>(k) * static_cast<std::size_t>(vs) + static_cast<std::size_t>(st)];
+      auto const when = [&](action_kind kind) { return slot[static_cast<std::size_t>(kind)]; };
+      auto const bad = [&](auto const&... why) { return concat(head, "micro-batch ", k, " stage ", st, ": ", why...); };
+      long const f = when(action_kind::forward);
+      long const b = when(action_kind::backward);
+      long const bi = when(action_kind::backward_input);
+      long const bw = when(action_kind::backward_weight);
+      long const input_grad = b >= 0 ? b : bi;
+      if (f < 0) return bad("no forward");
+      if (b >= 0 && (bi >= 0 || bw >= 0)) return bad("both a backward and a split backward");
+      if (b < 0 && (bi < 0 || bw < 0)) return bad("no backward (or a split backward without both halves)");
+      if (input_grad < f) return bad("backward at action ", input_grad, " before its forward at action ", f);
+      if (bw >= 0 && bw < bi) return bad("backward_weight at action ", bw, " before backward_input at action ", bi);
+      struct need {
+        action_kind kind;
+        bool present;
+        long before;  // the computation it must precede, or -1
+        long after;   // the computation it must follow, or -1
+      };
+      bool const first = st == 0;
+      bool const last = st == vs - 1;
+      need const needs[] = {
+          {action_kind::recv_forward, !first, f, -1},
+          {action_kind::send_forward, !last, -1, f},
+          {action_kind::recv_backward, !last, input_grad, -1},
+          {action_kind::send_backward, !first, -1, input_grad},
+      };
+      for (need const& n : needs) {
+        if (!n.present) continue;
+        long const t = when(n.kind);
+        if (t < 0) return bad("no ", name_of(n.kind));
+        if (n.before >= 0 && t > n.before)
+          return bad(name_of(n.kind), " at action ", t, " after the computation at action ", n.before, " that needs it");
+        if (n.after >= 0 && t < n.after)
+          return bad(name_of(n.kind), " at action ", t, " before the computation at action ", n.after, " that makes it");
+      }
+    }
+  }
+  return {};
+}
+
+}  // namespace detail
+
+/// The first reason `s` cannot run, or an empty string when it is valid.
+[[nodiscard]] inline std::string find_problem(schedule const& s) {
+  for (int r = 0; r < s.shape().stages; ++r)
+    if (auto problem = detail::check_rank_list(s, r); !problem.empty()) return problem;
+  auto const sim = detail::simulate(s);
+  if (!sim.completed) return "pipeline::validate(" + s.name() + "): " + sim.problem;
+  return {};
+}
+
+/// Throws invalid_argument with find_problem()'s text unless `s` is valid.
+inline void validate(schedule const& s) {
+  auto const problem = find_problem(s);
+  expects(problem.empty(), problem);
+}
+
+}  // namespace headroom::pipeline
