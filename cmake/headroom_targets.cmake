@@ -10,7 +10,8 @@
 #
 # A directory under tests/ that has its own CMakeLists.txt is a separate project (tests/consumer),
 # not a module. examples/<name>.cpp | .cu are built by examples/CMakeLists.txt (which also builds
-# them standalone against an installed headroom), through headroom_add_program. .cu programs link headroom::cuda, headroom::nccl (when enabled) and CUDA::cublas.
+# them standalone against an installed headroom), through headroom_add_program. .cu programs link
+# headroom::cuda, headroom::nccl (when enabled) and CUDA::cublas.
 include_guard(GLOBAL)
 
 # Warnings for headroom's own programs (not exported: consumers pick their own).

@@ -21,14 +21,12 @@
 #include <optional>
 #include <vector>
 
-#include "headroom/cuda/async_resource.hpp"
-#include "headroom/cuda/device.hpp"
-#include "headroom/cuda/stream.hpp"
-#include "headroom/lifetime/cuda/guard.hpp"
-#include "headroom/lifetime/work.hpp"
-#include "headroom/nccl/bootstrap.hpp"
+#include <headroom/cuda.hpp>
+#include <headroom/lifetime/cuda.hpp>
+#include <headroom/nccl.hpp>
 
 using namespace headroom;
+// headroom::cuda is spelled out: a code base that uses CCCL, CUB or Thrust has a global ::cuda.
 using bf16 = __nv_bfloat16;
 using buffer = lifetime::device_guard<lifetime::stream_ordered>;  // weights and activations
 
@@ -51,9 +49,9 @@ float input_value(std::size_t i) { return static_cast<float>(static_cast<int>(i 
 
 // One forward pass. Returns the last activation; every other one was released as soon as the
 // next layer had been issued, ordered after the all-reduce that read it.
-buffer forward(nccl::communicator& comm, cuda::async_resource& pool, cublasHandle_t blas,
-              std::vector<buffer> const& weights, buffer const& input, cuda::stream_view compute,
-              cuda::stream_view comm_stream) {
+buffer forward(nccl::communicator& comm, headroom::cuda::async_resource& pool, cublasHandle_t blas,
+              std::vector<buffer> const& weights, buffer const& input,
+              headroom::cuda::stream_view compute, headroom::cuda::stream_view comm_stream) {
   std::optional<buffer> x;
   for (int l = 0; l < layers; ++l) {
     buffer y(pool, compute, act_bytes, alignof(bf16));
@@ -74,12 +72,12 @@ buffer forward(nccl::communicator& comm, cuda::async_resource& pool, cublasHandl
 }  // namespace
 
 int main() try {
-  int const n = cuda::device_count();
+  int const n = headroom::cuda::device_count();
   expects(n >= 1, "example_comm_buffer_lifetime needs a CUDA device, found none");
   std::mutex print;
   nccl::launch_per_device(nccl::first_devices(n), [&](nccl::communicator& comm) {
-    cuda::async_resource pool(comm.device());
-    cuda::stream compute, comm_stream;
+    headroom::cuda::async_resource pool(comm.device());
+    headroom::cuda::stream compute, comm_stream;
     cublasHandle_t blas = nullptr;
     cublas_try(cublasCreate(&blas), "cublasCreate");
     cublas_try(cublasSetStream(blas, compute.get()), "cublasSetStream");

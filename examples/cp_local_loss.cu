@@ -15,12 +15,9 @@
 #include <mutex>
 #include <vector>
 
-#include "headroom/cp.hpp"
-#include "headroom/cp/cuda/gather.cuh"
-#include "headroom/cp/cuda/ops.cuh"
-#include "headroom/cuda/device.hpp"
-#include "headroom/cuda/stream.hpp"
-#include "headroom/nccl/bootstrap.hpp"
+#include <headroom/cp/cuda.cuh>
+#include <headroom/cuda.hpp>
+#include <headroom/nccl.hpp>
 
 using namespace headroom;
 using i64 = std::int64_t;

@@ -19,16 +19,13 @@
 #include <mutex>
 #include <vector>
 
-#include "headroom/cuda/check.hpp"
-#include "headroom/cuda/device.hpp"
-#include "headroom/cuda/dtype.hpp"
-#include "headroom/nccl/bootstrap.hpp"
-#include "headroom/pool/cuda/nccl.hpp"
-#include "headroom/pool/models.hpp"
+#include <headroom/cuda.hpp>
+#include <headroom/nccl.hpp>
+#include <headroom/pool/cuda.hpp>
 
 namespace hp = headroom::pool;
-namespace cuda = headroom::cuda;
 namespace nccl = headroom::nccl;
+// headroom::cuda is spelled out: a code base that uses CCCL, CUB or Thrust has a global ::cuda.
 using bf16 = __nv_bfloat16;
 
 namespace {
@@ -134,8 +131,8 @@ class double_buffered_units {
   }
 
   nccl::communicator& comm_;
-  cuda::stream home_, ag_, compute_;
-  cuda::event gathered_[2];
+  headroom::cuda::stream home_, ag_, compute_;
+  headroom::cuda::event gathered_[2];
   std::vector<std::string> moves_;
   hp::plan plan_;
   pool_type pool_;
@@ -148,7 +145,7 @@ class double_buffered_units {
 }  // namespace
 
 int main() {
-  int const gpus = cuda::device_count();
+  int const gpus = headroom::cuda::device_count();
   if (gpus < 1) {
     std::fprintf(stderr, "example_fsdp_double_buffer: needs a CUDA device, found none\n");
     return 1;

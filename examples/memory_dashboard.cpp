@@ -13,9 +13,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "headroom/host/aligned_resource.hpp"
-#include "headroom/host/thread_group.hpp"
-#include "headroom/stats.hpp"
+#include <headroom/host.hpp>
+#include <headroom/stats.hpp>
 
 namespace hs = headroom::stats;
 using headroom::host::inline_stream;

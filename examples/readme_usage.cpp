@@ -4,8 +4,7 @@
 #include <span>
 #include <vector>
 
-#include <headroom/core/communicator.hpp>
-#include <headroom/host/thread_group.hpp>
+#include <headroom/headroom.hpp>
 
 template <headroom::communicator C>
 void average_gradients(C& comm, std::span<float> grads) {

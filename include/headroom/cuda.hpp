@@ -1,9 +1,9 @@
 #pragma once
 // headroom::cuda — the CUDA substrate: stream and event views, device, pinned and stream-ordered
-// resources, checks, dtype mapping, CCCL cuda::mr adaptors. Needs the CUDA toolkit (host compiler
-// is enough; nvcc is not required).
+// resources, checks, dtype mapping. Needs the CUDA toolkit (a host compiler is enough).
+// The adaptors to CCCL's cuda::mr join headroom to another library (and bring the global
+// namespace ::cuda with them), so they are included by name: headroom/cuda/cccl_adaptor.hpp.
 #include "headroom/cuda/async_resource.hpp"
-#include "headroom/cuda/cccl_adaptor.hpp"
 #include "headroom/cuda/check.hpp"
 #include "headroom/cuda/device.hpp"
 #include "headroom/cuda/device_resource.hpp"
