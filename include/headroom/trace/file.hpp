@@ -1,0 +1,53 @@
+#pragma once
+// Files are written to `<path>.partial` and renamed into place, so a crash never leaves half
+// a snapshot under the final name.
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+#include "headroom/core/error.hpp"
+
+namespace headroom::trace {
+
+/// Creates `dir` if needed and checks that a file can be created in it; throws
+/// invalid_argument naming the directory and the reason otherwise.
+inline void require_writable_directory(std::filesystem::path const& dir) {
+  expects(!dir.empty(), "trace: output directory is empty; expected a directory path");
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  expects(!ec && std::filesystem::is_directory(dir), "trace: output directory '", dir.string(),
+          "' cannot be created or is not a directory: ", ec ? ec.message() : std::string("exists as a file"));
+  auto const probe = dir / ".headroom_trace_probe";
+  {
+    std::ofstream f(probe, std::ios::binary | std::ios::trunc);
+    expects(f.good(), "trace: output directory '", dir.string(), "' is not writable: ", std::strerror(errno));
+  }
+  std::filesystem::remove(probe, ec);
+}
+
+/// Writes `bytes` to `<path>.partial`, then renames it to `path`.
+inline void write_file_atomically(std::filesystem::path const& path, std::string_view bytes) {
+  auto partial = path;
+  partial += ".partial";
+  {
+    std::ofstream f(partial, std::ios::binary | std::ios::trunc);
+    expects(f.good(), "trace: cannot create '", partial.string(), "': ", std::strerror(errno));
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    f.flush();
+    expects(f.good(), "trace: writing ", bytes.size(), " bytes to '", partial.string(), "' failed: ",
+            std::strerror(errno));
+  }
+  std::error_code ec;
+  std::filesystem::rename(partial, path, ec);
+  if (ec) {
+    std::filesystem::remove(partial, ec);
+    expects(false, "trace: cannot rename '", partial.string(), "' to '", path.string(), "': ", ec.message());
+  }
+}
+
+}  // namespace headroom::trace

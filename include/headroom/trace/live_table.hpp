@@ -1,0 +1,116 @@
+#pragma once
+// live_table: the blocks and segments alive now, keyed by (address, is segment), in a
+// preallocated open-addressing table (linear probing, backward-shift deletion). The recorder
+// keeps it up to date even outside profiled steps, so a snapshot can show the blocks that
+// were live when the step began. Never allocates after construction; when `max_live` entries
+// are live, further ones are counted as untracked instead.
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "headroom/core/error.hpp"
+#include "headroom/trace/event.hpp"
+
+namespace headroom::trace {
+
+struct live_entry {
+  std::uint64_t addr = 0;  ///< 0 marks an empty slot (allocators never return null)
+  std::uint64_t size = 0;
+  std::uint64_t stream = 0;
+  std::int64_t time_ns = 0;
+  category what{};
+  frame where{};
+  bool segment = false;
+  bool pending_free = false;  ///< free_requested seen, free_completed not yet
+};
+
+class live_table {
+ public:
+  explicit live_table(std::size_t max_live)
+      : max_live_((expects(max_live > 0, "trace::live_table: max_live is 0; expected at least 1 block"), max_live)),
+        mask_(std::bit_ceil(max_live * 2) - 1),
+        slots_(std::make_unique<live_entry[]>(mask_ + 1)) {}
+
+  /// Adds or replaces the entry for (e.addr, e.segment). False (and counted) when full.
+  bool insert(live_entry const& e) noexcept {
+    std::size_t i = home(e.addr, e.segment);
+    while (slots_[i].addr != 0) {
+      if (slots_[i].addr == e.addr && slots_[i].segment == e.segment) {
+        slots_[i] = e;
+        return true;
+      }
+      i = (i + 1) & mask_;
+    }
+    if (size_ == max_live_) {
+      ++untracked_;
+      return false;
+    }
+    slots_[i] = e;
+    ++size_;
+    return true;
+  }
+
+  [[nodiscard]] live_entry* find(std::uint64_t addr, bool segment) noexcept {
+    for (std::size_t i = home(addr, segment); slots_[i].addr != 0; i = (i + 1) & mask_) {
+      if (slots_[i].addr == addr && slots_[i].segment == segment) return &slots_[i];
+    }
+    return nullptr;
+  }
+
+  [[nodiscard]] live_entry const* find(std::uint64_t addr, bool segment) const noexcept {
+    return const_cast<live_table*>(this)->find(addr, segment);
+  }
+
+  /// Removes (addr, segment); false when it was not live (allocated before tracking, or untracked).
+  bool erase(std::uint64_t addr, bool segment) noexcept {
+    live_entry* found = find(addr, segment);
+    if (found == nullptr) return false;
+    std::size_t hole = static_cast<std::size_t>(found - slots_.get());
+    // Backward shift: move later entries of the probe run into the hole when their home
+    // position allows it, so lookups never need tombstones.
+    for (std::size_t j = (hole + 1) & mask_; slots_[j].addr != 0; j = (j + 1) & mask_) {
+      std::size_t const h = home(slots_[j].addr, slots_[j].segment);
+      bool const movable = ((j - h) & mask_) >= ((j - hole) & mask_);
+      if (movable) {
+        slots_[hole] = slots_[j];
+        hole = j;
+      }
+    }
+    slots_[hole] = live_entry{};
+    --size_;
+    return true;
+  }
+
+  void clear() noexcept {
+    for (std::size_t i = 0; i <= mask_; ++i) slots_[i] = live_entry{};
+    size_ = 0;
+    untracked_ = 0;
+  }
+
+  template <class F>
+  void for_each(F&& f) const {
+    for (std::size_t i = 0; i <= mask_; ++i) {
+      if (slots_[i].addr != 0) f(slots_[i]);
+    }
+  }
+
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  [[nodiscard]] std::size_t max_live() const noexcept { return max_live_; }
+  /// Allocations not tracked because the table was full.
+  [[nodiscard]] std::uint64_t untracked() const noexcept { return untracked_; }
+
+ private:
+  [[nodiscard]] std::size_t home(std::uint64_t addr, bool segment) const noexcept {
+    std::uint64_t const h = ((addr >> 4) ^ (segment ? 0x9e37u : 0u)) * 0x9e3779b97f4a7c15ull;
+    return static_cast<std::size_t>(h >> 20) & mask_;
+  }
+
+  std::size_t max_live_;
+  std::size_t mask_;
+  std::unique_ptr<live_entry[]> slots_;
+  std::size_t size_ = 0;
+  std::uint64_t untracked_ = 0;
+};
+
+}  // namespace headroom::trace

@@ -1,0 +1,86 @@
+#pragma once
+// active_timeline: the bytes held by live blocks after each alloc / free of a snapshot's trace,
+// per category, as the viewer's "Active Memory Timeline" stacks them (x = the index of the
+// alloc / free event). Blocks live before the trace began ("initially allocated") are counted
+// from the first point on.
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string_view>
+#include <vector>
+
+#include "headroom/trace/snapshot.hpp"
+
+namespace headroom::trace {
+
+struct active_timeline {
+  std::vector<std::string_view> categories;      ///< order of first appearance
+  std::vector<std::vector<std::uint64_t>> bytes;  ///< bytes[point][category]
+  std::uint64_t peak = 0;                         ///< largest total over the points
+
+  [[nodiscard]] std::uint64_t total(std::size_t point) const noexcept {
+    std::uint64_t n = 0;
+    for (auto b : bytes[point]) n += b;
+    return n;
+  }
+};
+
+[[nodiscard]] inline active_timeline make_active_timeline(snapshot const& s) {
+  active_timeline t;
+  auto index_of = [&](category c) {
+    std::string_view const name = c.name;
+    auto it = std::ranges::find(t.categories, name);
+    if (it != t.categories.end()) return static_cast<std::size_t>(it - t.categories.begin());
+    t.categories.push_back(name);
+    return t.categories.size() - 1;
+  };
+  struct held {
+    std::uint64_t size;
+    std::size_t cat;
+  };
+  std::map<std::uint64_t, held> live;     // allocated in the trace, not freed yet
+  std::set<std::uint64_t> allocated;      // addresses with an alloc in the trace
+  std::vector<std::uint64_t> now;
+  auto add = [&](std::size_t cat, std::uint64_t n, bool plus) {
+    if (now.size() <= cat) now.resize(cat + 1, 0);
+    now[cat] = plus ? now[cat] + n : (now[cat] >= n ? now[cat] - n : 0);
+  };
+  // Initially allocated: frees without an earlier alloc, and active blocks never allocated.
+  for (auto const& e : s.trace) {
+    if (e.kind == action::alloc) allocated.insert(e.addr);
+    if (e.kind == action::free_completed && !allocated.contains(e.addr)) add(index_of(e.what), e.size, true);
+  }
+  for (auto const& seg : s.segments) {
+    for (auto const& b : seg.blocks) {
+      if (b.state == block_state::active_allocated && !allocated.contains(b.addr)) add(index_of(b.what), b.size, true);
+    }
+  }
+  allocated.clear();
+  auto push = [&] {
+    now.resize(t.categories.size(), 0);
+    t.bytes.push_back(now);
+    t.peak = std::max(t.peak, t.total(t.bytes.size() - 1));
+  };
+  push();
+  for (auto const& e : s.trace) {
+    if (e.kind == action::alloc) {
+      auto const cat = index_of(e.what);
+      live[e.addr] = {e.size, cat};
+      add(cat, e.size, true);
+      push();
+    } else if (e.kind == action::free_completed) {
+      if (auto it = live.find(e.addr); it != live.end()) {
+        add(it->second.cat, it->second.size, false);
+        live.erase(it);
+      } else {
+        add(index_of(e.what), e.size, false);
+      }
+      push();
+    }
+  }
+  for (auto& row : t.bytes) row.resize(t.categories.size(), 0);  // categories seen later count 0 before
+  return t;
+}
+
+}  // namespace headroom::trace

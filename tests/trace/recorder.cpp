@@ -1,0 +1,193 @@
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <map>
+#include <random>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "headroom/host.hpp"
+#include "headroom/trace.hpp"
+
+using namespace headroom;
+namespace tr = headroom::trace;
+using host::aligned_resource;
+using host::inline_stream;
+
+namespace {
+inline_stream const hs{};
+void const* at(std::uintptr_t a) { return reinterpret_cast<void const*>(a); }
+}  // namespace
+
+TEST_CASE("event_ring keeps the newest events and counts the dropped ones") {
+  tr::event_ring ring(3);
+  for (std::uint64_t i = 1; i <= 5; ++i) ring.push({.addr = i * 16, .size = i});
+  CHECK(ring.size() == 3);
+  CHECK(ring.dropped() == 2);
+  CHECK(ring[0].size == 3);
+  CHECK(ring[1].size == 4);
+  CHECK(ring[2].size == 5);
+  ring.clear();
+  CHECK(ring.size() == 0);
+  CHECK(ring.dropped() == 0);
+  ring.push({.addr = 16, .size = 9});
+  CHECK(ring[0].size == 9);
+  CHECK_THROWS_WITH_AS(tr::event_ring(0), doctest::Contains("max_entries is 0"), invalid_argument);
+}
+
+TEST_CASE("live_table agrees with std::map under random inserts and erases") {
+  std::mt19937_64 rng(std::random_device{}());
+  tr::live_table table(512);
+  std::map<std::pair<std::uint64_t, bool>, std::uint64_t> oracle;
+  for (int i = 0; i < 20000; ++i) {
+    // A small address space forces collisions, re-inserts and erases of absent keys.
+    std::uint64_t const addr = 16 * (1 + rng() % 700);
+    bool const seg = rng() % 4 == 0;
+    if (rng() % 2 == 0) {
+      bool const fits = oracle.contains({addr, seg}) || oracle.size() < 512;
+      CHECK(table.insert({.addr = addr, .size = static_cast<std::uint64_t>(i), .segment = seg}) == fits);
+      if (fits) oracle[{addr, seg}] = static_cast<std::uint64_t>(i);
+    } else {
+      CHECK(table.erase(addr, seg) == (oracle.erase({addr, seg}) == 1));
+    }
+    REQUIRE(table.size() == oracle.size());
+  }
+  for (auto const& [key, size] : oracle) {
+    auto const* e = table.find(key.first, key.second);
+    REQUIRE(e != nullptr);
+    CHECK(e->size == size);
+  }
+  std::size_t seen = 0;
+  table.for_each([&](tr::live_entry const& e) {
+    ++seen;
+    CHECK(oracle.contains({e.addr, e.segment}));
+  });
+  CHECK(seen == oracle.size());
+}
+
+TEST_CASE("a full live_table counts what it could not track") {
+  tr::live_table table(2);
+  CHECK(table.insert({.addr = 16, .size = 1}));
+  CHECK(table.insert({.addr = 32, .size = 1}));
+  CHECK_FALSE(table.insert({.addr = 48, .size = 1}));
+  CHECK(table.untracked() == 1);
+  CHECK(table.insert({.addr = 16, .size = 7}));  // replacing a live key needs no room
+  CHECK(table.find(16, false)->size == 7);
+}
+
+TEST_CASE("recorder: events only while recording, live blocks always") {
+  tr::recorder<> rec({.max_entries = 8});
+  rec.alloc(at(0x1000), 64, 0, tr::categories::activation);
+  CHECK(rec.events().size() == 0);
+  CHECK(rec.live().size() == 1);
+  rec.start();
+  CHECK(rec.recording());
+  rec.free_requested(at(0x1000), 64, 7);
+  CHECK(rec.live().find(0x1000, false)->pending_free);
+  rec.free_completed(at(0x1000), 64, 7);
+  rec.segment_alloc(at(0x2000), 4096, 0, tr::categories::pool);
+  rec.free_completed(nullptr, 0, 0);  // freeing null records nothing
+  rec.stop();
+  rec.alloc(at(0x3000), 32, 0);
+  REQUIRE(rec.events().size() == 3);
+  CHECK(rec.events()[0].kind == tr::action::free_requested);
+  // A free without a category takes the category its block was allocated with.
+  CHECK(rec.events()[0].what == tr::categories::activation);
+  CHECK(rec.events()[1].kind == tr::action::free_completed);
+  CHECK(rec.events()[1].what == tr::categories::activation);
+  CHECK(rec.events()[1].stream == 7);
+  CHECK(rec.events()[2].kind == tr::action::segment_alloc);
+  CHECK(rec.events()[0].time_ns <= rec.events()[2].time_ns);
+  CHECK(rec.live().find(0x1000, false) == nullptr);
+  CHECK(rec.live().find(0x2000, true) != nullptr);
+  CHECK(rec.live().find(0x3000, false) != nullptr);
+  CHECK_THROWS_WITH_AS(tr::recorder<>({.max_entries = 0}), doctest::Contains("max_entries is 0"), invalid_argument);
+  CHECK_THROWS_WITH_AS(tr::recorder<>({.device = -1}), doctest::Contains("device -1"), invalid_argument);
+}
+
+TEST_CASE("recording_resource records blocks with the caller's line, or segments") {
+  tr::recorder<> rec;
+  rec.start();
+  tr::recording_resource blocks(aligned_resource{}, rec, tr::categories::activation);
+  static_assert(stream_resource_with<decltype(blocks), inline_stream, host_accessible>);
+  int const line = __LINE__ + 1;
+  void* p = blocks.allocate(hs, 1000, 64);
+  CHECK(reinterpret_cast<std::uintptr_t>(p) % 64 == 0);
+  blocks.deallocate(hs, p, 1000, 64);
+  REQUIRE(rec.events().size() == 2);
+  auto const& a = rec.events()[0];
+  CHECK(a.kind == tr::action::alloc);
+  CHECK(a.addr == reinterpret_cast<std::uintptr_t>(p));
+  CHECK(a.size == 1000);
+  CHECK(a.stream == 0);
+  CHECK(a.where.line == static_cast<std::uint32_t>(line));
+  CHECK(std::string_view(a.where.filename).ends_with("recorder.cpp"));
+  CHECK(rec.events()[1].kind == tr::action::free_completed);
+
+  tr::recording_resource<aligned_resource, tr::recorder<>, tr::segment_events> segments(aligned_resource{}, rec);
+  void* s = segments.allocate(hs, 4096);
+  segments.deallocate(hs, s, 4096);
+  CHECK(rec.events()[2].kind == tr::action::segment_alloc);
+  CHECK(rec.events()[3].kind == tr::action::segment_free);
+  CHECK(blocks == blocks);
+  tr::recorder<> other;
+  CHECK_FALSE(blocks == tr::recording_resource(aligned_resource{}, other));
+}
+
+TEST_CASE("trace::off holds nothing and forwards every call") {
+  tr::recorder<tr::off> rec;
+  using off_resource = tr::recording_resource<aligned_resource, tr::recorder<tr::off>>;
+  static_assert(sizeof(off_resource) == sizeof(aligned_resource));
+  static_assert(stream_resource_with<off_resource, inline_stream, host_accessible>);
+  off_resource r(aligned_resource{}, rec, tr::categories::activation);
+  void* p = r.allocate(hs, 128);
+  CHECK(p != nullptr);
+  r.deallocate(hs, p, 128);
+  CHECK_FALSE(rec.recording());
+  CHECK(rec.dropped() == 0);
+}
+
+TEST_CASE("shared policy: threads record concurrently without losing events") {
+  constexpr int threads = 4, per_thread = 2000;
+  tr::recorder<tr::shared> rec({.max_entries = 2 * threads * per_thread});
+  rec.start();
+  tr::recording_resource r(aligned_resource{}, rec, tr::categories::activation);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&] {
+      for (int i = 0; i < per_thread; ++i) {
+        void* p = r.allocate(hs, 64);
+        r.deallocate(hs, p, 64);
+      }
+    });
+  }
+  for (auto& t : pool) t.join();
+  CHECK(rec.events().size() == 2u * threads * per_thread);
+  CHECK(rec.dropped() == 0);
+  CHECK(rec.live().size() == 0);
+  // Per address, events alternate alloc / free.
+  std::map<std::uint64_t, bool> live;
+  rec.events().for_each([&](tr::event const& e) {
+    bool const is_alloc = e.kind == tr::action::alloc;
+    CHECK(live[e.addr] != is_alloc);
+    live[e.addr] = is_alloc;
+  });
+}
+
+TEST_CASE("hooks: a scoped workspace and a deferred release") {
+  tr::recorder<> rec;
+  rec.start();
+  std::vector<std::byte> buffer(256);
+  {
+    tr::scoped_block ws(rec, std::span(buffer), 3, tr::categories::cp_logits);
+    CHECK(rec.live().find(reinterpret_cast<std::uintptr_t>(buffer.data()), false) != nullptr);
+  }
+  tr::free_requested(rec, std::span(buffer), 3);
+  REQUIRE(rec.events().size() == 3);
+  CHECK(rec.events()[0].kind == tr::action::alloc);
+  CHECK(rec.events()[0].what == tr::categories::cp_logits);
+  CHECK(rec.events()[1].kind == tr::action::free_completed);
+  CHECK(rec.events()[2].kind == tr::action::free_requested);
+}

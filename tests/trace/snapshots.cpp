@@ -1,0 +1,248 @@
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+// Writes every kind of snapshot (plain blocks, a pool arena with leases, deferred frees, a
+// wrapped ring with blocks live before it, an empty trace, a profiler's step file) into
+// $HEADROOM_TRACE_SNAPSHOT_DIR (a fresh temporary directory when unset), checks them here,
+// and lists them in manifest.json for tests/trace/check_snapshot.py, which ctest runs next.
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "headroom/host.hpp"
+#include "headroom/trace.hpp"
+
+using namespace headroom;
+namespace tr = headroom::trace;
+namespace fs = std::filesystem;
+using host::aligned_resource;
+using host::inline_stream;
+
+namespace {
+inline_stream const hs{};
+
+fs::path output_dir() {
+  static fs::path const dir = [] {
+    char const* env = std::getenv("HEADROOM_TRACE_SNAPSHOT_DIR");
+    fs::path d = env != nullptr && *env != '\0'
+                     ? fs::path(env)
+                     : fs::temp_directory_path() / ("headroom_trace_" + std::to_string(tr::now_ns()));
+    fs::remove_all(d);
+    fs::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+std::ostringstream manifest;  // "name": {...}, entries
+
+void save(std::string const& name, tr::snapshot const& s) {
+  tr::write_file_atomically(output_dir() / name, tr::to_memory_viz(s, {{"kind", name}}));
+  std::size_t markers = 0;  // the writer's "snapshot" marker is not an event of the trace
+  manifest << (manifest.tellp() > 0 ? ",\n" : "") << "  \"" << name << "\": {\"events\": " << s.trace.size() + markers
+           << ", \"segments\": " << s.segments.size() << ", \"active_bytes\": " << s.active_bytes()
+           << ", \"dropped\": " << s.dropped << "}";
+}
+
+std::size_t count(tr::snapshot const& s, tr::action a) {
+  std::size_t n = 0;
+  for (auto const& e : s.trace) n += e.kind == a ? 1 : 0;
+  return n;
+}
+}  // namespace
+
+TEST_CASE("pickle_writer: primitive values round-trip through Python (values.pickle.bin)") {
+  tr::pickle_writer w;
+  std::ostringstream json;
+  json.precision(17);
+  w.begin_list();
+  json << "[";
+  std::vector<std::int64_t> const ints{0,          1,          255,        256,       65535,    65536,
+                                       -1,         -256,       2147483647, -2147483647 - 1, 2147483648LL,
+                                       -2147483649LL, 1LL << 53, std::numeric_limits<std::int64_t>::max(),
+                                       std::numeric_limits<std::int64_t>::min(), 0x7f0000000000LL};
+  for (auto v : ints) {
+    w.integer(v);
+    json << v << ", ";
+  }
+  w.unsigned_integer(std::numeric_limits<std::uint64_t>::max());
+  json << std::numeric_limits<std::uint64_t>::max() << ", ";
+  std::string const long_string(300, 'x');
+  for (std::string const& s : {std::string("alloc"), std::string(""), long_string}) {
+    w.string(s);
+    json << "\"" << s << "\", ";
+  }
+  for (double d : {0.5, -1.25e300, 3.0}) {
+    w.real(d);
+    json << d << ", ";
+  }
+  w.boolean(true);
+  w.boolean(false);
+  w.none();
+  w.begin_dict();
+  w.key("k");
+  w.integer(1);
+  w.end_dict();
+  json << "true, false, null, {\"k\": 1}]";
+  w.end_list();
+  auto const bytes = w.finish();
+  CHECK(static_cast<unsigned char>(bytes[0]) == 0x80);
+  CHECK(bytes[1] == 4);
+  CHECK(bytes.back() == '.');
+  tr::write_file_atomically(output_dir() / "values.pickle.bin", bytes);
+  tr::write_file_atomically(output_dir() / "values.json", json.str());
+
+  tr::pickle_writer open;
+  open.begin_list();
+  CHECK_THROWS_WITH_AS((void)open.finish(), doctest::Contains("1 container(s) still open"), logic_error);
+}
+
+TEST_CASE("blocks from a plain resource get segments of their own") {
+  tr::recorder<> rec;
+  tr::recording_resource act(aligned_resource{}, rec, tr::categories::activation);
+  tr::recording_resource comm(aligned_resource{}, rec, tr::categories::communication);
+  rec.start();
+  void* a = act.allocate(hs, 1 << 20);
+  void* b = comm.allocate(hs, 1 << 18);
+  void* c = act.allocate(hs, 1 << 19);
+  act.deallocate(hs, a, 1 << 20);
+  auto const s = tr::take_snapshot(rec);
+  // Each lone block is wrapped: segment_alloc before its alloc, segment_free after its free.
+  CHECK(count(s, tr::action::segment_alloc) == 3);
+  CHECK(count(s, tr::action::segment_free) == 1);
+  CHECK(s.trace.size() == 8);
+  REQUIRE(s.segments.size() == 2);
+  CHECK(s.active_bytes() == (1u << 18) + (1u << 19));
+  CHECK(s.reserved_bytes() == s.active_bytes());
+  save("blocks.pickle", s);
+  comm.deallocate(hs, b, 1 << 18);
+  act.deallocate(hs, c, 1 << 19);
+}
+
+TEST_CASE("an arena segment with blocks, and frees pending at the end (deferred)") {
+  tr::recorder<> rec;
+  rec.start();
+  std::vector<std::byte> arena(4096);
+  auto const base = reinterpret_cast<std::uintptr_t>(arena.data());
+  auto const* p = arena.data();
+  rec.segment_alloc(p, 4096, 0, tr::categories::pool);
+  rec.alloc(p + 256, 512, 0, tr::categories::pool);
+  rec.alloc(p + 1024, 1024, 0, tr::categories::pool);
+  rec.alloc(p + 3072, 256, 0, tr::categories::communication);
+  rec.free_requested(p + 3072, 256, 5);           // deferred: still pending at the end
+  rec.free_requested(p + 256, 512, 0);            // ... this one completes
+  rec.free_completed(p + 256, 512, 0);
+  auto const s = tr::take_snapshot(rec);
+  REQUIRE(s.segments.size() == 1);
+  auto const& seg = s.segments[0];
+  CHECK(seg.addr == base);
+  std::uint64_t sum = 0;
+  for (auto const& b : seg.blocks) sum += b.size;
+  CHECK(sum == 4096);
+  // inactive [0,1024), active [1024,2048), inactive [2048,3072), pending [3072,3328), inactive rest
+  REQUIRE(seg.blocks.size() == 5);
+  CHECK(seg.blocks[1].state == tr::block_state::active_allocated);
+  CHECK(seg.blocks[3].state == tr::block_state::active_pending_free);
+  CHECK(seg.blocks[4].size == 4096 - 3328);
+  CHECK(count(s, tr::action::segment_alloc) == 1);  // blocks inside the arena add none
+  save("arena_deferred.pickle", s);
+}
+
+TEST_CASE("a wrapped ring keeps the newest events; blocks live before it stay in the picture") {
+  tr::recorder<> rec({.max_entries = 16});
+  tr::recording_resource act(aligned_resource{}, rec, tr::categories::activation);
+  void* before = act.allocate(hs, 4096);   // live before recording: an initially allocated block
+  void* freed = act.allocate(hs, 2048);    // live before recording, freed during it
+  rec.start();
+  act.deallocate(hs, freed, 2048);
+  for (int i = 0; i < 20; ++i) {
+    void* p = act.allocate(hs, 100 + static_cast<std::size_t>(i));
+    act.deallocate(hs, p, 100 + static_cast<std::size_t>(i));
+  }
+  auto const s = tr::take_snapshot(rec);
+  CHECK(s.dropped == 41 - 16);
+  CHECK(rec.events().size() == 16);
+  CHECK(rec.events()[15].kind == tr::action::free_completed);
+  CHECK(rec.events()[15].size == 119);
+  REQUIRE(s.segments.size() == 1);
+  CHECK(s.segments[0].addr == reinterpret_cast<std::uintptr_t>(before));
+  auto const t = tr::make_active_timeline(s);
+  CHECK(t.total(0) == 4096);  // the live block counts from the first point on
+  save("wrapped.pickle", s);
+  act.deallocate(hs, before, 4096);
+}
+
+TEST_CASE("an empty trace with live blocks still opens") {
+  tr::recorder<> rec;
+  tr::recording_resource act(aligned_resource{}, rec, tr::categories::activation);
+  void* p = act.allocate(hs, 1000);
+  auto const s = tr::take_snapshot(rec);
+  CHECK(s.trace.empty());
+  CHECK(s.active_bytes() == 1000);
+  save("no_events.pickle", s);
+  act.deallocate(hs, p, 1000);
+}
+
+TEST_CASE("SVG of the active memory timeline: stacked categories, peak in the title") {
+  tr::recorder<> rec;
+  tr::recording_resource act(aligned_resource{}, rec, tr::categories::activation);
+  tr::recording_resource logits(aligned_resource{}, rec, tr::categories::cp_logits);
+  rec.start();
+  void* a = act.allocate(hs, 3 << 20);
+  void* l = logits.allocate(hs, 1 << 20);
+  logits.deallocate(hs, l, 1 << 20);
+  act.deallocate(hs, a, 3 << 20);
+  auto const s = tr::take_snapshot(rec);
+  auto const t = tr::make_active_timeline(s);
+  REQUIRE(t.bytes.size() == 5);
+  CHECK(t.peak == 4u << 20);
+  CHECK(t.total(4) == 0);
+  auto const svg = tr::to_svg(s, "test <&>");
+  CHECK(svg.starts_with("<svg "));
+  CHECK(svg.find("peak 4.00 MiB") != std::string::npos);
+  CHECK(svg.find("test &lt;&amp;&gt;") != std::string::npos);
+  CHECK(svg.find(">cp.logits</text>") != std::string::npos);
+  CHECK(svg.find("<polygon") != std::string::npos);
+  tr::write_file_atomically(output_dir() / "timeline.svg", svg);
+  CHECK(fs::file_size(output_dir() / "timeline.svg") == svg.size());
+  CHECK_FALSE(fs::exists(output_dir() / "timeline.svg.partial"));
+}
+
+TEST_CASE("profiler writes step files named by step and coordinates; manifest last") {
+  tr::profiler prof({.enabled = true,
+                     .steps = {1},
+                     .output_dir = output_dir() / "ranks",
+                     .coordinates = {{"dp", 0}, {"pp", 1}, {"tp", 0}, {"cp", 1}}});
+  tr::recording_resource act(aligned_resource{}, prof.recorder(), tr::categories::activation);
+  void* weights = act.allocate(hs, 8192);  // allocated before any step
+  for (std::int64_t step = 0; step < 3; ++step) {
+    prof.begin_step(step);
+    void* x = act.allocate(hs, 1024);
+    void* y = act.allocate(hs, 2048);
+    act.deallocate(hs, x, 1024);
+    auto const written = prof.end_step(step);
+    act.deallocate(hs, y, 2048);
+    CHECK(written.has_value() == (step == 1));
+    if (written) {
+      CHECK(written->pickle == output_dir() / "ranks" / "step_1.dp0.pp1.tp0.cp1.pickle");
+      CHECK(written->svg == output_dir() / "ranks" / "step_1.dp0.pp1.tp0.cp1.svg");
+      CHECK(fs::exists(written->pickle));
+      CHECK(fs::exists(written->svg));
+      CHECK(written->active_bytes == 8192 + 2048);
+      CHECK(written->dropped == 0);
+      manifest << ",\n  \"ranks/step_1.dp0.pp1.tp0.cp1.pickle\": {\"events\": " << written->events
+               << ", \"segments\": 2, \"active_bytes\": " << written->active_bytes << ", \"dropped\": 0}";
+    }
+  }
+  CHECK_FALSE(fs::exists(output_dir() / "ranks" / "step_0.dp0.pp1.tp0.cp1.pickle"));
+  CHECK_FALSE(fs::exists(output_dir() / "ranks" / "step_2.dp0.pp1.tp0.cp1.pickle"));
+  act.deallocate(hs, weights, 8192);
+  tr::write_file_atomically(output_dir() / "manifest.json", "{\n" + manifest.str() + "\n}\n");
+  MESSAGE("snapshots written to " << output_dir().string());
+}
