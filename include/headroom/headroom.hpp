@@ -11,4 +11,5 @@
 #include "headroom/pipeline.hpp"
 #include "headroom/pool.hpp"
 #include "headroom/stats.hpp"
+#include "headroom/trace.hpp"
 #include "headroom/version.hpp"
