@@ -60,6 +60,8 @@ static_assert(!assignment_policy<bad::assignment_without_pins> && !assignment_po
 static_assert(non_unit_policy<dynamic> && non_unit_policy<persistent> && !non_unit_policy<strict>);
 static_assert(release_order_policy<record_at_release> && release_order_policy<record_at_reuse>);
 static_assert(!release_order_policy<dynamic> && !release_order_policy<int>);
+static_assert(off_trace_policy<reject_off_trace> && off_trace_policy<fallback_off_trace>);
+static_assert(!off_trace_policy<record_at_release> && !off_trace_policy<int>);
 
 static_assert(pool_instantiable<host::inline_stream, host::inline_event, host::aligned_resource>);
 static_assert(pool_instantiable<host::inline_stream, host::inline_event, host::aligned_resource, first_free, persistent>);

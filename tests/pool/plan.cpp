@@ -293,3 +293,27 @@ TEST_CASE("property: fixed plans pool exactly the units equal to the representat
     CHECK(p.unpooled_unit_bytes() == left);
   }
 }
+
+TEST_CASE("a plan says what a reader needs: fixed's chosen class and representative, slots per category") {
+  auto const mp = make_plan<max>(abc());
+  auto const cats = mp.categories();
+  REQUIRE(cats.size() == 2);
+  CHECK(cats[0].name == "bfloat16");
+  CHECK(cats[0].shapes == std::vector<std::uint32_t>{0, 1, 2});
+  CHECK(cats[1].name == "uint8");
+  CHECK(cats[1].shapes == std::vector<std::uint32_t>{3});
+  CHECK(mp.representative_unit == no_unit);
+  CHECK(mp.chosen_class().empty());
+
+  // Fixed: units 1 and 3 share the commonest shape; unit 1 is the first of them.
+  workload const w{"fixed", {{"a", {bf16(4)}}, {"b", {bf16(8), fp8(2)}}, {"c", {bf16(9)}}, {"d", {bf16(8), fp8(2)}}}, {}};
+  auto const fp = make_plan<fixed>(w);
+  CHECK(fp.representative_unit == 1);
+  CHECK(fp.chosen_class() == std::vector<std::size_t>{1, 3});
+  CHECK(fp.shapes[0].defining_unit == 1);
+  CHECK(fp.to_string().find("class=2 units like unit 1 'b'") != std::string::npos);
+  auto const fc = fp.categories();
+  REQUIRE(fc.size() == 2);
+  CHECK(fc[1].name == "uint8");
+  CHECK(fc[1].shapes == std::vector<std::uint32_t>{1});
+}

@@ -1,7 +1,7 @@
 #pragma once
 // The host substrate's unit pool: inline_stream, inline_event and aligned_resource, so plans and
 // assignment policies run (and are tested) on a CPU-only machine.
-//   headroom::pool::host_unit_pool<Assignment, NonUnit, ReleaseOrder>
+//   headroom::pool::host_unit_pool<Assignment, NonUnit, ReleaseOrder, OffTrace>
 // The CUDA pool is in headroom/pool/cuda/unit_pool.hpp.
 #include <type_traits>
 
@@ -13,9 +13,10 @@
 
 namespace headroom::pool {
 
-template <class Assignment = strict, class NonUnit = dynamic, class ReleaseOrder = record_at_release>
-using host_unit_pool =
-    unit_pool<host::inline_stream, host::inline_event, host::aligned_resource, Assignment, NonUnit, ReleaseOrder>;
+template <class Assignment = strict, class NonUnit = dynamic, class ReleaseOrder = record_at_release,
+          class OffTrace = reject_off_trace>
+using host_unit_pool = unit_pool<host::inline_stream, host::inline_event, host::aligned_resource, Assignment, NonUnit,
+                                 ReleaseOrder, OffTrace>;
 static_assert(std::is_class_v<host_unit_pool<>::lease> && std::is_class_v<host_unit_pool<first_free, persistent>::lease>);
 
 }  // namespace headroom::pool

@@ -8,6 +8,7 @@
 //   assignment   strict | first_free             which buffer group a unit's bucket takes
 //   non-unit     dynamic | persistent            where buckets without a slot live
 //   release      record_at_release | record_at_reuse   when the release event is recorded
+//   off-trace    reject_off_trace | fallback_off_trace  interval plans: a unit whose bytes are held
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -200,5 +201,24 @@ struct record_at_reuse {
 
 template <class O>
 concept release_order_policy = std::same_as<O, record_at_release> || std::same_as<O, record_at_reuse>;
+
+// ---- interval plans: a unit whose bytes a held unit occupies -------------------------------
+
+/// Default. Acquiring a unit that shares arena bytes with a held unit (an order no registered
+/// order allows) throws logic_error naming both units and their positions in the orders.
+struct reject_off_trace {
+  static constexpr std::string_view name = "reject_off_trace";
+  static constexpr bool fallback = false;
+};
+/// Such a unit gets buffers from the upstream instead (stream-ordered, freed at release) and the
+/// pool counts it (pool_stats::off_trace_fallbacks), as strict assignment counts moves. The
+/// addresses differ from the plan's: not registered, not capturable.
+struct fallback_off_trace {
+  static constexpr std::string_view name = "fallback_off_trace";
+  static constexpr bool fallback = true;
+};
+
+template <class O>
+concept off_trace_policy = std::same_as<O, reject_off_trace> || std::same_as<O, fallback_off_trace>;
 
 }  // namespace headroom::pool

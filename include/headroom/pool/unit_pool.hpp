@@ -12,10 +12,16 @@
 // and non-unit buckets, follow the NonUnit policy (dynamic: upstream allocate/deallocate at each
 // acquire/release; persistent: one buffer each, allocated at construction in plan order).
 //
-// Stream order: release(lease, s) records an event on s for each freed slot. The next acquire
-// of that slot on another stream makes that stream wait for the event on the device; on the
-// same stream nothing is needed. The host never blocks. (ReleaseOrder record_at_reuse defers
-// the record to the first reuse on another stream; see policies.hpp.)
+// Stream order: release(lease, s) records one event on s, whatever the unit's bucket count; every
+// slot it frees remembers that event. The next acquire of such a slot on another stream makes
+// that stream wait for the event on the device, once per distinct event however many of its
+// slots it takes; on the same stream nothing is needed. The host never blocks. (ReleaseOrder
+// record_at_reuse defers the record to the first reuse on another stream; see policies.hpp.)
+//
+// Interval plans (make_interval_plan: one slot per bucket, units that are never resident
+// together share bytes): acquiring a unit whose bytes a held unit occupies follows OffTrace
+// (reject_off_trace throws naming both units; fallback_off_trace takes upstream buffers and
+// counts them). Overlapping memory is never handed out.
 //
 // Holding: acquiring a unit that is already held returns another lease on the same slots
 // (Megatron's re-fetch); the slots are freed when the last lease is released.
@@ -30,6 +36,7 @@
 // collectives can deadlock against a peer's NCCL kernel waiting for this rank. Build the pool
 // before the collectives and destroy it after; between collectives, acquire only pooled units,
 // or use NonUnit = persistent.
+#include <algorithm>
 #include <bit>
 #include <concepts>
 #include <cstddef>
@@ -78,6 +85,8 @@ struct pool_stats {
   std::uint64_t moves = 0;               ///< strict: buckets that could not take their pinned group
   std::uint64_t cross_stream_waits = 0;  ///< device-side waits issued at acquire
   std::uint64_t fallback_allocations = 0;
+  std::uint64_t off_trace_fallbacks = 0;  ///< interval plans: acquires served outside the arena
+  std::uint64_t release_events = 0;       ///< events recorded at release (one per release)
 
   friend std::ostream& operator<<(std::ostream& os, pool_stats const& s) {
     return os << "slots " << s.slots_in_use << "/" << s.slots_total << " (peak " << s.slots_in_use_peak
@@ -86,7 +95,8 @@ struct pool_stats {
               << format_bytes(s.fallback_bytes_in_use) << " (peak " << format_bytes(s.fallback_bytes_peak)
               << "), acquisitions " << s.acquisitions << ", refetches " << s.refetches << ", releases "
               << s.releases << ", moves " << s.moves << ", cross-stream waits " << s.cross_stream_waits
-              << ", fallback allocations " << s.fallback_allocations;
+              << ", fallback allocations " << s.fallback_allocations << ", off-trace fallbacks "
+              << s.off_trace_fallbacks << ", release events " << s.release_events;
   }
 };
 
@@ -94,10 +104,10 @@ struct pool_stats {
 enum class target_kind : std::uint8_t { unit, non_unit };
 
 template <class Stream, class Event, class Upstream, class Assignment = strict, class NonUnit = dynamic,
-          class ReleaseOrder = record_at_release>
+          class ReleaseOrder = record_at_release, class OffTrace = reject_off_trace>
   requires stream<Stream> && event<Event, Stream> && std::default_initializable<Event> &&
            stream_resource<Upstream, Stream> && assignment_policy<Assignment> && non_unit_policy<NonUnit> &&
-           release_order_policy<ReleaseOrder>
+           release_order_policy<ReleaseOrder> && off_trace_policy<OffTrace>
 class unit_pool {
   static constexpr std::uint32_t none = std::numeric_limits<std::uint32_t>::max();
 
@@ -108,6 +118,7 @@ class unit_pool {
   using assignment_type = Assignment;
   using non_unit_type = NonUnit;
   using release_order_type = ReleaseOrder;
+  using off_trace_type = OffTrace;
 
   /// A unit's (or non-unit bucket's) buffers while held. Move-only; release it through the pool.
   /// A lease dropped without release keeps its slots held (exhaustion errors then name it).
@@ -196,10 +207,12 @@ class unit_pool {
   /// the stream the memory is returned on when the pool dies.
   unit_pool(plan p, Upstream upstream, Stream const& stream, Assignment assignment = {})
       : plan_(std::move(p)), upstream_(std::move(upstream)), home_(stream), assignment_(std::move(assignment)) {
-    expects(!plan_.shapes.empty() && plan_.buffers >= 2 && plan_.buffers <= max_buffers &&
-                plan_.slots.size() == plan_.buffers * plan_.shapes.size(),
-            "unit_pool: plan '", plan_.workload_name, "' is not a plan made by make_plan (", plan_.shapes.size(),
-            " shapes, ", plan_.buffers, " buffers, ", plan_.slots.size(), " slots)");
+    bool const grid = plan_.resident == 0 && plan_.buffers >= 2 && plan_.buffers <= max_buffers;
+    bool const intervals = plan_.resident >= 2 && plan_.buffers == 1;
+    expects(!plan_.shapes.empty() && (grid || intervals) && plan_.slots.size() == plan_.buffers * plan_.shapes.size(),
+            "unit_pool: plan '", plan_.workload_name, "' is not a plan made by make_plan or make_interval_plan (",
+            plan_.shapes.size(), " shapes, ", plan_.buffers, " buffers, resident ", plan_.resident, ", ",
+            plan_.slots.size(), " slots)");
     build_targets();
     arena_ = static_cast<std::byte*>(upstream_.allocate(home_, static_cast<std::size_t>(plan_.arena_bytes),
                                                         plan_.alignment));
@@ -272,13 +285,16 @@ class unit_pool {
       detail::fail<logic_error>("unit_pool::release: lease of ", describe_target(l.target_), " from acquisition ",
                                 l.epoch_, " was already released (current acquisition ", t.epoch, ", holders ",
                                 t.holders, ")");
-    if constexpr (!ReleaseOrder::lazy) {
-      // Record first (may throw a CUDA error): the lease stays valid when it does.
-      if (t.holders == 1)
-        for (std::uint32_t b = 0; b < t.bucket_count; ++b) {
-          auto const slot = buckets_[t.first_bucket + b].slot;
-          if (slot != none) events_[slot].record(s);  // the point after which the slot may be reused
-        }
+    // One event for every slot this release frees: the point after which they may be reused.
+    // Recorded first (may throw a CUDA error): the lease stays valid when it does.
+    std::uint32_t event = none;
+    if (t.holders == 1 && t.in_arena) {
+      event = free_events_.back();
+      if constexpr (!ReleaseOrder::lazy) {
+        events_[event].record(s);
+        ++stats_.release_events;
+      }
+      free_events_.pop_back();
     }
     l.pool_ = nullptr;
     if (--t.holders > 0) return;
@@ -289,16 +305,21 @@ class unit_pool {
         auto& sl = slots_[st.slot];
         sl.release_stream = s;
         sl.pending = true;
+        sl.event = event;
+        ++event_refs_[event];
         sl.holder = none;
         free_mask_[plan_.slots[st.slot].shape] |= std::uint64_t{1} << plan_.slots[st.slot].group;
         st.slot = none;
         --stats_.slots_in_use;
-      } else if constexpr (!NonUnit::persistent_buffers) {
+      } else if (st.data != nullptr && (st.shape != no_shape || !NonUnit::persistent_buffers)) {
+        // a dynamic buffer: of a bucket without a slot, or of an off-trace acquire
         upstream_.deallocate(s, st.data, static_cast<std::size_t>(st.bytes), plan_.alignment);
         st.data = nullptr;
         stats_.fallback_bytes_in_use -= st.bytes;
       }
     }
+    if (event != none && event_refs_[event] == 0) free_events_.push_back(event);  // nothing pooled was freed
+    t.in_arena = false;
   }
 
   /// Megatron's can_allocate: would acquiring every unit of `units` succeed now, if the units
@@ -331,6 +352,14 @@ class unit_pool {
     }
     for (std::size_t s = 0; s < demand.size(); ++s)
       if (demand[s] > supply[s]) return false;
+    if (plan_.resident > 0) {  // interval plans: no two units sharing bytes may be held together
+      std::vector<char> held(unit_count_, 0);
+      for (std::size_t u = 0; u < unit_count_; ++u) held[u] = targets_[u].holders > 0 && targets_[u].in_arena && !counted[u];
+      for (std::size_t u = 0; u < unit_count_; ++u)
+        if (seen[u])
+          for (auto v : overlaps_[u])
+            if (held[v] || seen[v]) return false;
+    }
     return true;
   }
   [[nodiscard]] bool can_acquire(std::initializer_list<std::size_t> units,
@@ -344,7 +373,11 @@ class unit_pool {
   /// a CUDA graph capture: CUDA forbids waiting inside a capture on an event recorded outside
   /// it, and waiting outside on an event recorded inside it (the graph carries that order).
   void clear_release_events() noexcept {
-    for (auto& s : slots_) s.pending = false;
+    for (auto& s : slots_) {
+      s.pending = false;
+      s.event = none;
+    }
+    reset_events();
   }
   /// Free slots whose release event has not been waited on yet.
   [[nodiscard]] std::size_t pending_release_events() const noexcept {
@@ -352,6 +385,9 @@ class unit_pool {
     for (auto const& s : slots_) n += s.pending ? 1 : 0;
     return n;
   }
+  /// Distinct release events some free slot still waits on (one per release, however many
+  /// slots it freed).
+  [[nodiscard]] std::size_t busy_release_events() const noexcept { return events_.size() - free_events_.size(); }
 
   /// Leases held on unit `u` now (0: free).
   [[nodiscard]] std::uint32_t holders(std::size_t u) const {
@@ -377,6 +413,7 @@ class unit_pool {
     std::uint32_t bucket_count = 0;
     std::uint32_t holders = 0;
     std::uint64_t epoch = 0;
+    bool in_arena = false;  // held, and its pooled buckets are in their slots (not off-trace buffers)
   };
   struct bucket_state {
     std::uint32_t shape = no_shape;  // no_shape: served by the NonUnit policy
@@ -387,7 +424,8 @@ class unit_pool {
   };
   struct slot_state {
     std::uint32_t holder = none;
-    bool pending = false;  // an event was recorded at the last release and not yet waited on
+    bool pending = false;        // released, and its release event not yet waited on
+    std::uint32_t event = none;  // that event (shared by every slot of the release)
     Stream release_stream{};
   };
 
@@ -469,7 +507,12 @@ class unit_pool {
       buckets_.push_back(st);
     }
     slots_.resize(plan_.slots.size());
+    // One event per release; an event is busy while a free slot still refers to it, so there are
+    // never more busy events than slots, and a release always finds a free one.
     events_ = std::vector<Event>(plan_.slots.size());
+    event_refs_.assign(plan_.slots.size(), 0);
+    reset_events();
+    if (plan_.resident > 0) build_overlaps();
     std::uint64_t const all = plan_.buffers == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << plan_.buffers) - 1;
     free_mask_.assign(plan_.shapes.size(), all);
   }
@@ -481,6 +524,15 @@ class unit_pool {
       ++stats_.refetches;
       return lease(this, t, tg.epoch);
     }
+    // Interval plans: the unit's bytes must not be held by a unit sharing them.
+    bool off_trace = false;
+    if (plan_.resident > 0 && is_unit(t))
+      for (auto v : overlaps_[t])
+        if (targets_[v].holders > 0 && targets_[v].in_arena) {
+          if constexpr (!OffTrace::fallback) fail_off_trace(t, v);
+          off_trace = true;
+          break;
+        }
     // Phase 1: choose a group per pooled bucket (a unit's buckets have distinct shapes, so the
     // choices cannot collide); throw before touching any state.
     constexpr std::uint32_t max_inline = 8;
@@ -491,7 +543,7 @@ class unit_pool {
       chosen_heap.resize(tg.bucket_count);
       chosen = chosen_heap.data();
     }
-    for (std::uint32_t b = 0; b < tg.bucket_count; ++b) {
+    for (std::uint32_t b = 0; b < tg.bucket_count && !off_trace; ++b) {
       auto const& st = buckets_[tg.first_bucket + b];
       if (st.shape == no_shape) continue;
       std::uint64_t const mask = free_mask_[st.shape];
@@ -509,26 +561,37 @@ class unit_pool {
       chosen[b] = static_cast<std::uint32_t>(std::countr_zero(mask));
     }
     // Phase 2: order the reuse of each chosen slot after its last release (device-side; the
-    // host does not block). May throw (a CUDA error); extra waits are harmless, state unchanged.
+    // host does not block), once per distinct release event. May throw (a CUDA error); extra
+    // waits are harmless, state unchanged.
     std::uint64_t waits = 0;
-    for (std::uint32_t b = 0; b < tg.bucket_count; ++b) {
+    std::uint32_t waited_inline[max_inline];
+    std::vector<std::uint32_t> waited_heap;
+    std::uint32_t* waited = waited_inline;
+    if (tg.bucket_count > max_inline) {
+      waited_heap.resize(tg.bucket_count);
+      waited = waited_heap.data();
+    }
+    for (std::uint32_t b = 0; b < tg.bucket_count && !off_trace; ++b) {
       auto const& st = buckets_[tg.first_bucket + b];
       if (st.shape == no_shape) continue;
-      auto const index = plan_.slot_index(chosen[b], st.shape);
-      auto const& sl = slots_[index];
-      if (sl.pending && !(sl.release_stream == s)) {
-        if constexpr (ReleaseOrder::lazy) events_[index].record(sl.release_stream);
-        events_[index].wait_on(s);
-        ++waits;
-      }
+      auto const& sl = slots_[plan_.slot_index(chosen[b], st.shape)];
+      if (!sl.pending || sl.release_stream == s) continue;
+      if (std::find(waited, waited + waits, sl.event) != waited + waits) continue;
+      if constexpr (ReleaseOrder::lazy) events_[sl.event].record(sl.release_stream);
+      events_[sl.event].wait_on(s);
+      waited[waits++] = sl.event;
     }
-    // Phase 3: dynamic fallback buffers; if upstream throws, undo them.
-    if constexpr (!NonUnit::persistent_buffers) {
+    // Phase 3: dynamic buffers (buckets without a slot, or every bucket of an off-trace
+    // acquire); if upstream throws, undo them.
+    auto const needs_buffer = [&](bucket_state const& st) {
+      return off_trace || (st.shape == no_shape && !NonUnit::persistent_buffers);
+    };
+    {
       std::uint32_t done = 0;
       try {
         for (; done < tg.bucket_count; ++done) {
           auto& st = buckets_[tg.first_bucket + done];
-          if (st.shape != no_shape) continue;
+          if (!needs_buffer(st)) continue;
           st.data = static_cast<std::byte*>(upstream_.allocate(s, static_cast<std::size_t>(st.bytes), plan_.alignment));
           stats_.fallback_bytes_in_use += st.bytes;
           ++stats_.fallback_allocations;
@@ -536,7 +599,7 @@ class unit_pool {
       } catch (...) {
         for (std::uint32_t b = 0; b < done; ++b) {
           auto& st = buckets_[tg.first_bucket + b];
-          if (st.shape != no_shape || st.data == nullptr) continue;
+          if (!needs_buffer(st) || st.data == nullptr) continue;
           upstream_.deallocate(s, st.data, static_cast<std::size_t>(st.bytes), plan_.alignment);
           st.data = nullptr;
           stats_.fallback_bytes_in_use -= st.bytes;
@@ -547,7 +610,7 @@ class unit_pool {
     }
     // Phase 4: commit (nothing here throws).
     std::uint32_t moved = 0;  // bit b: bucket b left its pinned group (reported below)
-    for (std::uint32_t b = 0; b < tg.bucket_count; ++b) {
+    for (std::uint32_t b = 0; b < tg.bucket_count && !off_trace; ++b) {
       auto& st = buckets_[tg.first_bucket + b];
       if (st.shape == no_shape) continue;
       std::uint32_t const g = chosen[b];
@@ -561,12 +624,14 @@ class unit_pool {
         }
       }
       auto& sl = slots_[index];
-      sl.pending = false;
+      if (sl.pending) forget_event(sl);
       sl.holder = t;
       free_mask_[st.shape] &= ~(std::uint64_t{1} << g);
       st.slot = index;
       ++stats_.slots_in_use;
+      tg.in_arena = true;
     }
+    if (off_trace) ++stats_.off_trace_fallbacks;
     stats_.cross_stream_waits += waits;
     if (stats_.slots_in_use > stats_.slots_in_use_peak) stats_.slots_in_use_peak = stats_.slots_in_use;
     ++stats_.acquisitions;
@@ -590,6 +655,55 @@ class unit_pool {
     return l;
   }
 
+  // A slot stops waiting on its release event; the event is free once no slot waits on it.
+  void forget_event(slot_state& sl) noexcept {
+    sl.pending = false;
+    if (sl.event != none && --event_refs_[sl.event] == 0) free_events_.push_back(sl.event);
+    sl.event = none;
+  }
+  void reset_events() {
+    std::fill(event_refs_.begin(), event_refs_.end(), 0);
+    free_events_.clear();
+    for (auto e = static_cast<std::uint32_t>(events_.size()); e-- > 0;) free_events_.push_back(e);
+  }
+
+  // Interval plans: for every unit, the units whose byte range overlaps its own.
+  void build_overlaps() {
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> extent(unit_count_, {UINT64_MAX, 0});
+    for (std::size_t u = 0; u < unit_count_; ++u)
+      for (auto shape : plan_.bucket_shape[u]) {
+        if (shape == no_shape) continue;
+        auto const& sl = plan_.slots[shape];
+        extent[u].first = std::min(extent[u].first, sl.offset);
+        extent[u].second = std::max(extent[u].second, sl.offset + sl.bytes);
+      }
+    overlaps_.assign(unit_count_, {});
+    for (std::uint32_t u = 0; u < unit_count_; ++u)
+      for (std::uint32_t v = u + 1; v < unit_count_; ++v)
+        if (extent[u].first < extent[v].second && extent[v].first < extent[u].second) {
+          overlaps_[u].push_back(v);
+          overlaps_[v].push_back(u);
+        }
+  }
+
+  [[noreturn]] void fail_off_trace(std::uint32_t u, std::uint32_t held) const {
+    auto positions = [&](std::uint32_t x) {
+      std::string out;
+      for (auto const& o : plan_.orders) {
+        std::string here;
+        for (std::size_t i = 0; i < o.units.size() && here.size() < 40; ++i)
+          if (o.units[i] == x) here += (here.empty() ? "" : ",") + std::to_string(i);
+        if (!here.empty()) out += (out.empty() ? "" : "; ") + o.name + "@" + here;
+      }
+      return out;
+    };
+    detail::fail<logic_error>("unit_pool::acquire: ", describe_target(u), " (", positions(u), ") shares arena bytes with ",
+                              describe_target(held), " (", positions(held), "), which is held, at acquisition ",
+                              stats_.acquisitions + 1, " of plan '", plan_.workload_name,
+                              "'; no registered order has them within ", plan_.resident,
+                              " consecutive units. Release it first, plan for this order, or use fallback_off_trace");
+  }
+
   void report_move(std::uint32_t t, std::uint32_t b, bucket_state const& st, std::uint32_t g) const {
     auto const pinned_slot = plan_.slot_index(st.pinned, st.shape);
     std::uint32_t const holder = slots_[pinned_slot].holder;
@@ -605,22 +719,24 @@ class unit_pool {
   void free_all() noexcept {
     // Persistent buffers, and dynamic ones of leases never released, go back on the home stream.
     for (auto& st : buckets_)
-      if (st.shape == no_shape && st.data != nullptr) {
+      if (st.data != nullptr) {
         upstream_.deallocate(home_, st.data, static_cast<std::size_t>(st.bytes), plan_.alignment);
         st.data = nullptr;
       }
     if (arena_ == nullptr) return;
+    std::vector<char> waited(events_.size(), 0);
     try {
-      for (std::size_t s = 0; s < slots_.size(); ++s)
-        if (slots_[s].pending && !(slots_[s].release_stream == home_)) {
-          if constexpr (ReleaseOrder::lazy) events_[s].record(slots_[s].release_stream);
-          events_[s].wait_on(home_);
+      for (auto const& sl : slots_)
+        if (sl.pending && !(sl.release_stream == home_) && !waited[sl.event]) {
+          waited[sl.event] = 1;
+          if constexpr (ReleaseOrder::lazy) events_[sl.event].record(sl.release_stream);
+          events_[sl.event].wait_on(home_);
         }
     } catch (...) {  // a failed wait: fall back to the host waiting for the releases
-      for (std::size_t s = 0; s < slots_.size(); ++s)
-        if (slots_[s].pending) {
+      for (auto const& sl : slots_)
+        if (sl.pending) {
           try {
-            events_[s].synchronize();
+            events_[sl.event].synchronize();
           } catch (...) {
           }
         }
@@ -639,6 +755,9 @@ class unit_pool {
   std::vector<bucket_state> buckets_;
   std::vector<slot_state> slots_;
   std::vector<Event> events_;
+  std::vector<std::uint32_t> event_refs_;   // per event: free slots still waiting on it
+  std::vector<std::uint32_t> free_events_;  // events no slot refers to
+  std::vector<std::vector<std::uint32_t>> overlaps_;  // interval plans: units sharing bytes
   std::vector<std::uint64_t> free_mask_;  // per shape: bit g set = group g free
   pool_stats stats_;
 };

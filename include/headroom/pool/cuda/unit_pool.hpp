@@ -5,7 +5,7 @@
 //
 //   pool::cuda_unit_pool<> pool(plan, cuda::device_resource{}, home_stream);
 //   auto lease = pool.acquire(u, all_gather_stream);     // all_gather_stream waits on the device
-//   pool.release(lease, compute_stream);                 // records an event, never blocks
+//   pool.release(lease, compute_stream);                 // records one event, never blocks
 #include <concepts>
 #include <type_traits>
 
@@ -19,10 +19,10 @@
 namespace headroom::pool {
 
 template <class Upstream = cuda::device_resource, class Assignment = strict, class NonUnit = dynamic,
-          class ReleaseOrder = record_at_release>
-using cuda_unit_pool = unit_pool<cuda::stream_view, cuda::event, Upstream, Assignment, NonUnit, ReleaseOrder>;
+          class ReleaseOrder = record_at_release, class OffTrace = reject_off_trace>
+using cuda_unit_pool = unit_pool<cuda::stream_view, cuda::event, Upstream, Assignment, NonUnit, ReleaseOrder, OffTrace>;
 
-static_assert(std::default_initializable<cuda::event>, "unit_pool creates one event per slot");
+static_assert(std::default_initializable<cuda::event>, "unit_pool creates its release events up front");
 static_assert(std::is_class_v<cuda_unit_pool<>::lease>);
 
 }  // namespace headroom::pool
