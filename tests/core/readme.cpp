@@ -33,3 +33,23 @@ TEST_CASE("README gives the demo and test commands") {
   CHECK(readme.find("```sh\ncmake --workflow --preset test\n```") != std::string::npos);
   CHECK(readme.find("\n## Modules\n") != std::string::npos);
 }
+
+TEST_CASE("README's install line is the one configure prints when something is missing") {
+  std::string const cmake = read_source("cmake/headroom_prerequisites.cmake");
+  std::string const key = "set(HEADROOM_INSTALL_LINE \"";
+  auto const begin = cmake.find(key);
+  REQUIRE_MESSAGE(begin != std::string::npos, (std::string("cmake/headroom_prerequisites.cmake has no ") + key));
+  auto const end = cmake.find("\")", begin);
+  REQUIRE(end != std::string::npos);
+  std::string const line = cmake.substr(begin + key.size(), end - begin - key.size());
+  CHECK(line.find("apt-get install") != std::string::npos);
+  std::string const readme = read_source("README.md");
+  auto const try_it = readme.find("\n## Try it\n");
+  REQUIRE(try_it != std::string::npos);
+  // The first code block of "Try it" is that line.
+  auto const block = readme.find("```", try_it);
+  REQUIRE(block != std::string::npos);
+  std::string const expected = "```sh\n" + line + "\n```";
+  CHECK_MESSAGE(readme.compare(block, expected.size(), expected) == 0,
+                (std::string("the first block of README's \"Try it\" must be: ") + line));
+}
