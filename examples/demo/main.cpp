@@ -10,5 +10,6 @@ int main() {
   p.run("pool", demo_pool);
   p.run("stats", demo_stats);
   p.run("cp", demo_cp);
+  p.run("trace", demo_trace);
   return p.finish();
 }
