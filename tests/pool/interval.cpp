@@ -9,14 +9,12 @@
 #include "headroom/pool/interval.hpp"
 #include "headroom/pool/models.hpp"
 #include "headroom/pool/plan.hpp"
+#include "substrate.hpp"
 
-using namespace headroom;
-using namespace headroom::pool;
+using namespace pool_test;
 namespace m = headroom::pool::models;
 
 namespace {
-bool contains(std::string const& s, std::string const& part) { return s.find(part) != std::string::npos; }
-
 // Random workload: 1..40 units of 1..3 buckets, bf16 / fp32 / u8, up to 1 MiB each.
 workload random_workload(std::mt19937_64& rng) {
   std::uniform_int_distribution<std::size_t> units(1, 40), buckets(1, 3), kind(0, 2);
@@ -33,14 +31,7 @@ workload random_workload(std::mt19937_64& rng) {
   return w;
 }
 
-std::string message_of(auto&& f) {
-  try {
-    f();
-  } catch (headroom::error const& e) {
-    return e.what();
-  }
-  return "(no exception)";
-}
+std::string message_of(auto&& f) { return error_of<headroom::error>(f); }
 }  // namespace
 
 TEST_CASE("N = 2: the arena equals the lower bound on random workloads (training, and training + eval)") {

@@ -10,36 +10,18 @@
 #include <vector>
 
 #include "headroom/pool/plan.hpp"
+#include "substrate.hpp"
 
-using namespace headroom;
-using namespace headroom::pool;
+using namespace pool_test;
 
 namespace {
-bucket bf16(std::uint64_t n) { return elements_of(dtype::bf16, n); }
-
 // reference/maxpool.md §4 worked example: A = {bf16: 100, 10; fp8: 500}, B = {bf16: 60, 60, 5}, C = {bf16: 120}.
 workload abc() {
   return {"ABC", {{"A", {bf16(100), bf16(10), fp8(500)}}, {"B", {bf16(60), bf16(60), bf16(5)}}, {"C", {bf16(120)}}}, {}};
 }
 
-workload uniform(std::size_t n, std::uint64_t elements = 8) {
-  workload w{"uniform", {}, {}};
-  for (std::size_t i = 0; i < n; ++i) w.units.push_back({"u" + std::to_string(i), {bf16(elements)}});
-  return w;
-}
-
 std::uint64_t shape_elements(plan const& p, std::size_t s) {
   return p.shapes[s].bytes / (p.shapes[s].category_name == "bfloat16" ? 2 : 1);
-}
-
-template <class E, class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (E const& e) {
-    return e.what();
-  }
-  return "<no exception>";
 }
 }  // namespace
 

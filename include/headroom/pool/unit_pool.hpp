@@ -535,14 +535,17 @@ class unit_pool {
         }
     // Phase 1: choose a group per pooled bucket (a unit's buckets have distinct shapes, so the
     // choices cannot collide); throw before touching any state.
+    // Per bucket: the chosen group, and (phase 2) the events waited on; on the stack for up to
+    // 8 buckets.
     constexpr std::uint32_t max_inline = 8;
-    std::uint32_t chosen_inline[max_inline];
-    std::vector<std::uint32_t> chosen_heap;
-    std::uint32_t* chosen = chosen_inline;
+    std::uint32_t scratch_inline[2 * max_inline];
+    std::vector<std::uint32_t> scratch_heap;
+    std::uint32_t* chosen = scratch_inline;
     if (tg.bucket_count > max_inline) {
-      chosen_heap.resize(tg.bucket_count);
-      chosen = chosen_heap.data();
+      scratch_heap.resize(2 * std::size_t{tg.bucket_count});
+      chosen = scratch_heap.data();
     }
+    std::uint32_t* const waited = chosen + (tg.bucket_count > max_inline ? tg.bucket_count : max_inline);
     for (std::uint32_t b = 0; b < tg.bucket_count && !off_trace; ++b) {
       auto const& st = buckets_[tg.first_bucket + b];
       if (st.shape == no_shape) continue;
@@ -564,13 +567,6 @@ class unit_pool {
     // host does not block), once per distinct release event. May throw (a CUDA error); extra
     // waits are harmless, state unchanged.
     std::uint64_t waits = 0;
-    std::uint32_t waited_inline[max_inline];
-    std::vector<std::uint32_t> waited_heap;
-    std::uint32_t* waited = waited_inline;
-    if (tg.bucket_count > max_inline) {
-      waited_heap.resize(tg.bucket_count);
-      waited = waited_heap.data();
-    }
     for (std::uint32_t b = 0; b < tg.bucket_count && !off_trace; ++b) {
       auto const& st = buckets_[tg.first_bucket + b];
       if (st.shape == no_shape) continue;
