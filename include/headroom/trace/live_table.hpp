@@ -18,7 +18,6 @@ struct live_entry {
   std::uint64_t addr = 0;  ///< 0 marks an empty slot (allocators never return null)
   std::uint64_t size = 0;
   std::uint64_t stream = 0;
-  std::int64_t time_ns = 0;
   category what{};
   frame where{};
   bool segment = false;

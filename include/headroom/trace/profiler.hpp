@@ -46,6 +46,7 @@ struct profiler_config {
   std::filesystem::path output_dir = "memory_snapshots";
   std::vector<coordinate> coordinates = {{"dp", 0}, {"pp", 0}, {"tp", 0}, {"cp", 0}};
   int device = 0;
+  bool timestamps = true;                     ///< see recorder_options::timestamps
   bool write_svg = true;                      ///< also step_<n>.<coords>.svg
 };
 
@@ -70,7 +71,8 @@ class profiler {
       : config_(checked(std::move(config))),
         recorder_({.max_entries = config_.enabled ? config_.max_entries : 1,
                    .max_live = config_.enabled ? config_.max_live : 1,
-                   .device = config_.device}) {}
+                   .device = config_.device,
+                   .timestamps = config_.timestamps}) {}
 
   [[nodiscard]] trace::recorder<Policy>& recorder() noexcept { return recorder_; }
   [[nodiscard]] profiler_config const& config() const noexcept { return config_; }

@@ -29,6 +29,10 @@ struct recorder_options {
   std::size_t max_entries = 100'000;  ///< events kept per recording (the newest win)
   std::size_t max_live = 1u << 15;    ///< blocks + segments tracked at once
   int device = 0;                     ///< index in the snapshot's device_traces
+  /// Stamp events with the steady clock (time_us in the snapshot). Without it, events carry
+  /// their sequence number instead: the viewer orders by event index and never reads time_us,
+  /// and a clock read is most of an event's cost where clock_gettime is slow (some VMs).
+  bool timestamps = true;
 };
 
 template <class Policy = single_thread>
@@ -39,7 +43,7 @@ class recorder {
   static constexpr bool records = true;
 
   explicit recorder(recorder_options const& o = {})
-      : ring_(checked(o).max_entries), live_(o.max_live), device_(o.device) {}
+      : ring_(checked(o).max_entries), live_(o.max_live), device_(o.device), timestamps_(o.timestamps) {}
 
   recorder(recorder const&) = delete;
   recorder& operator=(recorder const&) = delete;
@@ -87,13 +91,13 @@ class recorder {
   void record(action a, void const* p, std::size_t bytes, std::uint64_t stream, category c, frame f) noexcept {
     if (p == nullptr) return;
     auto const addr = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p));
-    event e{addr, bytes, stream, now_ns(), c, f, a};
+    event e{addr, bytes, stream, 0, c, f, a};
     std::lock_guard lock(mutex_);
     bool const is_segment = a == action::segment_alloc || a == action::segment_free;
     switch (a) {
       case action::alloc:
       case action::segment_alloc:
-        live_.insert({addr, bytes, stream, e.time_ns, c, f, is_segment, false});
+        live_.insert({addr, bytes, stream, c, f, is_segment, false});
         break;
       case action::free_requested:
         if (live_entry* b = live_.find(addr, false)) {
@@ -109,7 +113,10 @@ class recorder {
         }
         break;
     }
-    if (recording_) ring_.push(e);
+    if (recording_) {
+      e.time_ns = timestamps_ ? now_ns() : static_cast<std::int64_t>(++sequence_) * 1000;
+      ring_.push(e);
+    }
   }
 
   [[nodiscard]] event_ring const& events() const noexcept { return ring_; }
@@ -129,7 +136,9 @@ class recorder {
   event_ring ring_;
   live_table live_;
   int device_;
+  bool timestamps_;
   bool recording_ = false;
+  std::uint64_t sequence_ = 0;
   [[no_unique_address]] mutable typename Policy::mutex_type mutex_;
 };
 
