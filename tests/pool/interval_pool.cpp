@@ -141,6 +141,33 @@ TEST_CASE("interval plan: co-resident units never overlap along the registered o
   }
 }
 
+TEST_CASE("interval plan: a unit waits on the releases of the units whose bytes it reuses") {
+  log_t log;
+  recording_event::log = &log;
+  named_stream const home{0}, ag{1}, compute{2};
+  auto const w = five();  // training order, N = 2: u0, u2, u4 share bytes; u1, u3 too
+  {
+    test_pool<> p(make_interval_plan(w, {training_order(w)}), counting_resource{}, home);
+    auto l0 = p.acquire(0, ag);
+    auto l1 = p.acquire(1, ag);
+    p.release(l0, compute);
+    auto l2 = p.acquire(2, ag);  // its own slot was never used, but u0's bytes were
+    CHECK(count_lines(log, "s1 waits") == 1);
+    CHECK(count_lines(log, "(recorded on s2)") == 1);
+    p.release(l1, compute);
+    p.release(l2, compute);
+    log.lines.clear();
+    auto l4 = p.acquire(4, ag);  // shares bytes with u0 and u2: both releases are waited on
+    CHECK(count_lines(log, "s1 waits") == 2);
+    p.release(l4, ag);
+    log.lines.clear();
+    auto l0b = p.acquire(0, compute);  // same stream as u2's release; u4 released on ag: one wait
+    CHECK(count_lines(log, "s2 waits") == 1);
+    p.release(l0b, compute);
+  }
+  recording_event::log = nullptr;
+}
+
 TEST_CASE("interval plan: an order no registered order allows is rejected, naming both units") {
   auto const w = five();
   host_unit_pool<> p(make_interval_plan(w, {training_order(w)}), host::aligned_resource{}, hs);

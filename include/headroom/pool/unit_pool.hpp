@@ -535,17 +535,18 @@ class unit_pool {
         }
     // Phase 1: choose a group per pooled bucket (a unit's buckets have distinct shapes, so the
     // choices cannot collide); throw before touching any state.
-    // Per bucket: the chosen group, and (phase 2) the events waited on; on the stack for up to
-    // 8 buckets.
-    constexpr std::uint32_t max_inline = 8;
+    // Per bucket the chosen group, then (phase 2) the events waited on, at most one per slot
+    // looked at; on the stack for small units.
+    constexpr std::uint32_t max_inline = 16;
+    std::size_t const looked_at = is_unit(t) && plan_.resident > 0 ? wait_slots_[t] : tg.bucket_count;
     std::uint32_t scratch_inline[2 * max_inline];
     std::vector<std::uint32_t> scratch_heap;
     std::uint32_t* chosen = scratch_inline;
-    if (tg.bucket_count > max_inline) {
-      scratch_heap.resize(2 * std::size_t{tg.bucket_count});
+    if (tg.bucket_count > max_inline || looked_at > max_inline) {
+      scratch_heap.resize(tg.bucket_count + looked_at);
       chosen = scratch_heap.data();
     }
-    std::uint32_t* const waited = chosen + (tg.bucket_count > max_inline ? tg.bucket_count : max_inline);
+    std::uint32_t* const waited = chosen + (scratch_heap.empty() ? max_inline : tg.bucket_count);
     for (std::uint32_t b = 0; b < tg.bucket_count && !off_trace; ++b) {
       auto const& st = buckets_[tg.first_bucket + b];
       if (st.shape == no_shape) continue;
@@ -567,16 +568,25 @@ class unit_pool {
     // host does not block), once per distinct release event. May throw (a CUDA error); extra
     // waits are harmless, state unchanged.
     std::uint64_t waits = 0;
-    for (std::uint32_t b = 0; b < tg.bucket_count && !off_trace; ++b) {
-      auto const& st = buckets_[tg.first_bucket + b];
-      if (st.shape == no_shape) continue;
-      auto const& sl = slots_[plan_.slot_index(chosen[b], st.shape)];
-      if (!sl.pending || sl.release_stream == s) continue;
-      if (std::find(waited, waited + waits, sl.event) != waited + waits) continue;
+    auto const wait_for = [&](slot_state const& sl) {
+      if (!sl.pending || sl.release_stream == s) return;
+      if (std::find(waited, waited + waits, sl.event) != waited + waits) return;
       if constexpr (ReleaseOrder::lazy) events_[sl.event].record(sl.release_stream);
       events_[sl.event].wait_on(s);
       waited[waits++] = sl.event;
+    };
+    for (std::uint32_t b = 0; b < tg.bucket_count && !off_trace; ++b) {
+      auto const& st = buckets_[tg.first_bucket + b];
+      if (st.shape != no_shape) wait_for(slots_[plan_.slot_index(chosen[b], st.shape)]);
     }
+    // Interval plans: the bytes were last used by the units sharing them; their releases stay
+    // pending (a unit sharing bytes with them later must wait too) until they are re-acquired.
+    if (plan_.resident > 0 && is_unit(t) && !off_trace)
+      for (auto v : overlaps_[t])
+        for (std::uint32_t b = 0; b < targets_[v].bucket_count; ++b) {
+          auto const shape = buckets_[targets_[v].first_bucket + b].shape;
+          if (shape != no_shape) wait_for(slots_[plan_.slot_index(0, shape)]);
+        }
     // Phase 3: dynamic buffers (buckets without a slot, or every bucket of an off-trace
     // acquire); if upstream throws, undo them.
     auto const needs_buffer = [&](bucket_state const& st) {
@@ -680,6 +690,11 @@ class unit_pool {
           overlaps_[u].push_back(v);
           overlaps_[v].push_back(u);
         }
+    wait_slots_.assign(unit_count_, 0);
+    for (std::uint32_t u = 0; u < unit_count_; ++u) {
+      wait_slots_[u] = targets_[u].bucket_count;
+      for (auto v : overlaps_[u]) wait_slots_[u] += targets_[v].bucket_count;
+    }
   }
 
   [[noreturn]] void fail_off_trace(std::uint32_t u, std::uint32_t held) const {
@@ -754,6 +769,7 @@ class unit_pool {
   std::vector<std::uint32_t> event_refs_;   // per event: free slots still waiting on it
   std::vector<std::uint32_t> free_events_;  // events no slot refers to
   std::vector<std::vector<std::uint32_t>> overlaps_;  // interval plans: units sharing bytes
+  std::vector<std::size_t> wait_slots_;               // interval plans: own + sharing units' slots
   std::vector<std::uint64_t> free_mask_;  // per shape: bit g set = group g free
   pool_stats stats_;
 };
