@@ -36,7 +36,8 @@ struct dual_chunk {
   static constexpr std::string_view name = "dual_chunk";
 
   /// Every padded sequence length must be a multiple of this.
-  HEADROOM_CP_HD static constexpr std::int64_t sequence_multiple(int cp) noexcept { return cp > 1 ? 2 * cp : 1; }
+  // int64: 2 * cp overflows int for cp above 2^30.
+  HEADROOM_CP_HD static constexpr std::int64_t sequence_multiple(int cp) noexcept { return cp > 1 ? 2 * std::int64_t{cp} : 1; }
   /// The packed total must be a multiple of this.
   HEADROOM_CP_HD static constexpr std::int64_t total_multiple(int cp) noexcept { return sequence_multiple(cp); }
 
@@ -54,7 +55,7 @@ struct dual_chunk {
     std::int64_t const begin = static_cast<std::int64_t>(cu[s]);
     if (cp == 1) return {local_row, s};
     std::int64_t const len = static_cast<std::int64_t>(cu[s + 1]) - begin;
-    std::int64_t const half = len / (2 * cp);
+    std::int64_t const half = len / (2 * std::int64_t{cp});
     std::int64_t const o = local_row - begin / cp;
     std::int64_t const g = o < half ? begin + rank * half + o : begin + len - (rank + 1) * half + (o - half);
     return {g, s};
@@ -66,12 +67,12 @@ struct dual_chunk {
     if (cp == 1) return {0, global_row};
     std::int64_t const s = detail::find_sequence(cu, nseq, global_row);
     std::int64_t const begin = static_cast<std::int64_t>(cu[s]);
-    std::int64_t const half = (static_cast<std::int64_t>(cu[s + 1]) - begin) / (2 * cp);
+    std::int64_t const half = (static_cast<std::int64_t>(cu[s + 1]) - begin) / (2 * std::int64_t{cp});
     std::int64_t const o = global_row - begin;
     std::int64_t const chunk = o / half;
     std::int64_t const in_chunk = o - chunk * half;
     if (chunk < cp) return {static_cast<int>(chunk), begin / cp + in_chunk};
-    return {static_cast<int>(2 * cp - 1 - chunk), begin / cp + half + in_chunk};
+    return {static_cast<int>(2 * std::int64_t{cp} - 1 - chunk), begin / cp + half + in_chunk};
   }
 };
 

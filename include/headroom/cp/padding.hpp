@@ -33,11 +33,28 @@ template <layout_policy Layout>
   expects(cp >= 1, "cp::alignment_for: cp = ", cp, ", expected >= 1");
   expects(tp >= 1, "cp::alignment_for: tp = ", tp, ", expected >= 1");
   expects(extra >= 1, "cp::alignment_for: extra = ", extra, ", expected >= 1");
-  std::int64_t const layout = std::lcm(Layout::sequence_multiple(cp), Layout::total_multiple(cp));
-  return std::lcm(layout * tp, extra);
+  std::int64_t const layout = std::lcm(Layout::sequence_multiple(cp), Layout::total_multiple(cp));  // <= 2^32
+  std::int64_t with_tp = 0, out = 0;
+  bool const overflow = __builtin_mul_overflow(layout, std::int64_t{tp}, &with_tp) ||
+                        __builtin_mul_overflow(with_tp / std::gcd(with_tp, extra), extra, &out);
+  expects(!overflow, "cp::alignment_for: lcm(", layout, " * tp ", tp, ", extra ", extra, ") at cp = ", cp,
+          " overflows int64, expected a representable alignment");
+  return out;
 }
 
 namespace detail {
+/// a + b for padded row counts; throws invalid_argument naming `what` when it overflows int64.
+inline std::int64_t checked_add(std::int64_t a, std::int64_t b, char const* what) {
+  std::int64_t out = 0;
+  expects(!__builtin_add_overflow(a, b, &out), what, ": ", a, " + ", b, " rows overflow int64");
+  return out;
+}
+/// n rounded up to a multiple of m (n >= 0, m >= 1), or invalid_argument on overflow.
+inline std::int64_t checked_round_up(std::int64_t n, std::int64_t m, char const* what) {
+  std::int64_t const r = n % m;
+  return r == 0 ? n : checked_add(n, m - r, what);
+}
+
 /// Raw row of padded row `padded_row` in sequence `s`, or -1 for a pad.
 template <class I, class J>
 HEADROOM_CP_HD_INLINE std::int64_t raw_row_in(I const* raw_cu, J const* padded_cu, std::int64_t s,
@@ -54,6 +71,7 @@ class padding {
   template <cu_index I>
   padding(std::span<I const> raw_cu_seqlens, std::int64_t sequence_multiple, std::int64_t total_multiple = 1)
       : seq_multiple_(sequence_multiple), total_multiple_(total_multiple) {
+    char const* what = "cp::padding";
     expects(sequence_multiple >= 1, "cp::padding: sequence_multiple = ", sequence_multiple, ", expected >= 1");
     expects(total_multiple >= 1, "cp::padding: total_multiple = ", total_multiple, ", expected >= 1");
     raw_cu_ = checked_cu_seqlens(raw_cu_seqlens, "cp::padding: raw cu_seqlens");
@@ -61,12 +79,14 @@ class padding {
     padded_cu_.assign(1, 0);
     for (std::size_t i = 0; i + 1 < raw_cu_.size(); ++i) {
       std::int64_t const len = raw_cu_[i + 1] - raw_cu_[i];
-      padded_cu_.push_back(padded_cu_.back() + (len + seq_multiple_ - 1) / seq_multiple_ * seq_multiple_);
+      padded_cu_.push_back(detail::checked_add(padded_cu_.back(), detail::checked_round_up(len, seq_multiple_, what), what));
     }
     // Both totals are multiples of the sequence multiple, so the dummy is too when the total
     // multiple is itself a multiple of it (alignment_for guarantees that).
-    std::int64_t const target = std::lcm(seq_multiple_, total_multiple_);
-    std::int64_t const total = (padded_cu_.back() + target - 1) / target * target;
+    std::int64_t target = 0;
+    expects(!__builtin_mul_overflow(seq_multiple_ / std::gcd(seq_multiple_, total_multiple_), total_multiple_, &target),
+            what, ": lcm(sequence_multiple ", seq_multiple_, ", total_multiple ", total_multiple_, ") overflows int64");
+    std::int64_t const total = detail::checked_round_up(padded_cu_.back(), target, what);
     if (total != padded_cu_.back()) {
       padded_cu_.push_back(total);
       raw_cu_.push_back(raw_cu_.back());  // the dummy sequence has no raw rows
