@@ -1,0 +1,179 @@
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+// Bad input: every rule a generator, the validator, the memory model and the executor enforce,
+// with a message that names the value and the rule.
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "headroom/host/aligned_resource.hpp"
+#include "headroom/host/thread_group.hpp"
+#include "headroom/pipeline.hpp"
+
+namespace hp = headroom::pipeline;
+using doctest::Contains;
+using headroom::invalid_argument;
+using headroom::host::aligned_resource;
+using headroom::host::inline_stream;
+using headroom::host::thread_communicator;
+using hp::action;
+using hp::action_kind;
+
+namespace {
+
+using lists = std::vector<std::vector<action>>;
+
+hp::schedule edited(hp::schedule const& s, auto&& edit) {
+  lists l = s.ranks();
+  edit(l);
+  return hp::schedule(s.name() + " (edited)", s.shape(), std::move(l));
+}
+std::size_t find(std::vector<action> const& l, action const& a) {
+  auto const it = std::find(l.begin(), l.end(), a);
+  REQUIRE(it != l.end());
+  return static_cast<std::size_t>(it - l.begin());
+}
+
+template <class G>
+void generate(hp::pipeline_shape const& shape) {
+  static_cast<void>(hp::make_schedule<G>(shape));
+}
+
+struct plain_stage {
+  void forward(hp::forward_args<inline_stream> const&) {}
+  double loss(hp::loss_args<inline_stream> const&) { return 0; }
+  void backward(hp::backward_args<inline_stream> const&) {}
+};
+
+}  // namespace
+
+TEST_CASE("generators reject bad shapes, naming the value and the rule") {
+  CHECK_THROWS_WITH_AS(generate<hp::gpipe>({.stages = 0, .microbatches = 4}), Contains("stages (p) = 0, expected >= 1"), invalid_argument);
+  CHECK_THROWS_WITH_AS(generate<hp::one_f_one_b>({.stages = 2, .microbatches = 0}), Contains("microbatches (m) = 0"), invalid_argument);
+  CHECK_THROWS_WITH_AS(generate<hp::gpipe>({.stages = 2, .microbatches = 4, .chunks = 0}), Contains("chunks (v) = 0"), invalid_argument);
+  CHECK_THROWS_WITH_AS(generate<hp::interleaved_1f1b>({.stages = 2, .microbatches = 4, .chunks = 0}), Contains("chunks (v) = 0"), invalid_argument);
+  CHECK_THROWS_WITH_AS(generate<hp::gpipe>({.stages = 1, .microbatches = 4, .chunks = 2}), Contains("with stages (p) = 1, expected v = 1"), invalid_argument);
+  CHECK_THROWS_WITH_AS(generate<hp::one_f_one_b>({.stages = 2, .microbatches = 4, .chunks = 2}), Contains("use interleaved_1f1b for v > 1"), invalid_argument);
+  CHECK_THROWS_WITH_AS(generate<hp::zb_h1>({.stages = 2, .microbatches = 4, .chunks = 4}), Contains("chunks (v) = 4, expected 1"), invalid_argument);
+  CHECK_THROWS_WITH_AS(generate<hp::interleaved_1f1b>({.stages = 4, .microbatches = 2, .chunks = 2}), Contains("microbatches (m) = 2 < stages (p) = 4"), invalid_argument);
+  CHECK_THROWS_WITH_AS(generate<hp::interleaved_1f1b>({.stages = 4, .microbatches = 6, .chunks = 2}), Contains("m) = 6 is not a multiple of the group size g = 4"), invalid_argument);
+  CHECK_THROWS_WITH_AS(generate<hp::interleaved_1f1b>({.stages = 4, .microbatches = 12, .chunks = 2, .group = 8}), Contains("not a multiple of the group size g = 8"), invalid_argument);
+  CHECK_THROWS_WITH_AS(generate<hp::interleaved_1f1b>({.stages = 4, .microbatches = 8, .chunks = 2, .group = 2}), Contains("group (g) = 2 < stages (p) = 4"), invalid_argument);
+  CHECK_THROWS_WITH_AS(generate<hp::interleaved_1f1b>({.stages = 4, .microbatches = 8, .chunks = 2, .group = -1}), Contains("group (g) = -1"), invalid_argument);
+  // 1F1B, GPipe and ZB-H1 run with fewer micro-batches than stages (the warm-up is capped).
+  CHECK_NOTHROW(hp::validate(hp::make_schedule<hp::one_f_one_b>({.stages = 8, .microbatches = 3})));
+  CHECK_NOTHROW(hp::validate(hp::make_schedule<hp::zb_h1>({.stages = 8, .microbatches = 3})));
+}
+
+TEST_CASE("stage and rank indices out of range") {
+  auto const s = hp::make_schedule<hp::one_f_one_b>({.stages = 4, .microbatches = 4});
+  CHECK_THROWS_WITH_AS(static_cast<void>(s.actions(4)), Contains("stage 4 out of range [0, 4)"), invalid_argument);
+  CHECK_THROWS_WITH_AS(static_cast<void>(s.actions(-1)), Contains("stage -1 out of range"), invalid_argument);
+  auto const bytes = hp::model_bytes::uniform(s.shape(), {.activations = 8, .output = 8});
+  auto const plan = hp::predict_memory(s, bytes, hp::retention::none{});
+  CHECK_THROWS_WITH_AS(static_cast<void>(plan.rank(4)), Contains("stage 4 out of range [0, 4)"), invalid_argument);
+  CHECK_THROWS_WITH_AS(static_cast<void>(bytes[4]), Contains("virtual stage 4 out of range [0, 4)"), invalid_argument);
+  CHECK_THROWS_WITH_AS(hp::schedule("x", {.stages = 3, .microbatches = 1}, lists(2)), Contains("2 action lists for p = 3"), invalid_argument);
+  CHECK_THROWS_WITH_AS(hp::model_bytes(std::vector<hp::stage_bytes>{}), Contains("no stages"), invalid_argument);
+  auto const two = hp::model_bytes::uniform({.stages = 2, .microbatches = 1}, {});
+  CHECK_THROWS_WITH_AS(static_cast<void>(hp::predict_memory(s, two, hp::retention::all{})), Contains("model_bytes has 2 stages, expected p·v = 4"), invalid_argument);
+}
+
+TEST_CASE("validate rejects broken action lists with the rule they break") {
+  auto const base = hp::make_schedule<hp::one_f_one_b>({.stages = 2, .microbatches = 3});
+  using K = action_kind;
+
+  // Receiving micro-batch 1 after sending B0 on rank 1, while rank 0 sends F1 before receiving
+  // B0: both block in a send under rendezvous semantics.
+  auto const deadlock = edited(base, [](lists& l) {
+    auto& r1 = l[1];
+    auto const recv = find(r1, {K::recv_forward, 1, 1, 0});
+    action const a = r1[recv];
+    r1.erase(r1.begin() + static_cast<long>(recv));
+    r1.insert(r1.begin() + static_cast<long>(find(r1, {K::send_backward, 0, 1, 0}) + 1), a);
+  });
+  CHECK_THROWS_WITH_AS(hp::validate(deadlock), Contains("deadlock under blocking send/recv"), invalid_argument);
+  CHECK(hp::find_problem(deadlock).find("rank 0 waits at action 3 (send_forward F1@s0 -> rank 1)") != std::string::npos);
+
+  auto const swapped = edited(base, [](lists& l) {  // backward of micro-batch 0 before its forward
+    auto& r0 = l[0];
+    std::swap(r0[find(r0, {K::forward, 0, 0, -1})], r0[find(r0, {K::backward, 0, 0, -1})]);
+  });
+  CHECK_THROWS_WITH_AS(hp::validate(swapped), Contains("micro-batch 0 stage 0: backward at action 0 before its forward"), invalid_argument);
+
+  auto const no_recv = edited(base, [](lists& l) { l[1].erase(l[1].begin() + static_cast<long>(find(l[1], {K::recv_forward, 2, 1, 0}))); });
+  CHECK_THROWS_WITH_AS(hp::validate(no_recv), Contains("micro-batch 2 stage 1: no recv_forward"), invalid_argument);
+
+  auto const late_recv = edited(base, [](lists& l) {
+    auto& r1 = l[1];
+    std::swap(r1[find(r1, {K::recv_forward, 0, 1, 0})], r1[find(r1, {K::forward, 0, 1, -1})]);
+  });
+  CHECK_THROWS_WITH_AS(hp::validate(late_recv), Contains("recv_forward at action 1 after the computation at action 0 that needs it"), invalid_argument);
+
+  auto const early_send = edited(base, [](lists& l) {
+    auto& r0 = l[0];
+    std::swap(r0[find(r0, {K::send_forward, 0, 0, 1})], r0[find(r0, {K::forward, 0, 0, -1})]);
+  });
+  CHECK_THROWS_WITH_AS(hp::validate(early_send), Contains("send_forward at action 0 before the computation at action 1 that makes it"), invalid_argument);
+
+  auto const wrong_peer = edited(base, [](lists& l) { l[0][1].peer = 0; });
+  CHECK_THROWS_WITH_AS(hp::validate(wrong_peer), Contains("peer 0, expected rank 1"), invalid_argument);
+
+  auto const bad_microbatch = edited(base, [](lists& l) { l[0][0].microbatch = 3; });
+  CHECK_THROWS_WITH_AS(hp::validate(bad_microbatch), Contains("micro-batch 3 out of range [0, 3)"), invalid_argument);
+
+  auto const wrong_rank = edited(base, [](lists& l) { l[0][0].stage = 1; });
+  CHECK_THROWS_WITH_AS(hp::validate(wrong_rank), Contains("virtual stage 1 lives on rank 1"), invalid_argument);
+
+  auto const repeated = edited(base, [](lists& l) { l[0].push_back(l[0][0]); });
+  CHECK_THROWS_WITH_AS(hp::validate(repeated), Contains("repeats action 0"), invalid_argument);
+
+  auto const no_neighbour = edited(base, [](lists& l) { l[1].push_back({K::send_forward, 0, 1, 0}); });
+  CHECK_THROWS_WITH_AS(hp::validate(no_neighbour), Contains("stage 1 has no neighbour in that direction"), invalid_argument);
+
+  // Two activations delivered in the other order: the recv would take the wrong tensor.
+  auto const gp = hp::make_schedule<hp::gpipe>({.stages = 2, .microbatches = 2});
+  auto const crossed = edited(gp, [](lists& l) {
+    auto& r1 = l[1];
+    lists::value_type reordered;
+    reordered.push_back({K::recv_forward, 1, 1, 0});
+    reordered.push_back({K::recv_forward, 0, 1, 0});
+    for (auto const& a : r1)
+      if (a.kind != K::recv_forward) reordered.push_back(a);
+    r1 = reordered;
+  });
+  CHECK_THROWS_WITH_AS(hp::validate(crossed), Contains("would get the wrong tensor"), invalid_argument);
+
+  // Split and whole backward of one micro-batch.
+  auto const zb = hp::make_schedule<hp::zb_h1>({.stages = 2, .microbatches = 2});
+  auto const mixed = edited(zb, [](lists& l) { l[0].push_back({K::backward, 0, 0, -1}); });
+  CHECK_THROWS_WITH_AS(hp::validate(mixed), Contains("both a backward and a split backward"), invalid_argument);
+  auto const half = edited(zb, [](lists& l) { l[0].erase(l[0].begin() + static_cast<long>(find(l[0], {K::backward_weight, 1, 0, -1}))); });
+  CHECK_THROWS_WITH_AS(hp::validate(half), Contains("split backward without both halves"), invalid_argument);
+  // Generated lists survive the same checks, and timelines refuse invalid ones.
+  CHECK(hp::find_problem(base).empty());
+  CHECK_THROWS_AS(static_cast<void>(hp::timeline(deadlock)), invalid_argument);
+}
+
+TEST_CASE("the executor checks its inputs before any transfer") {
+  auto const s = hp::make_schedule<hp::one_f_one_b>({.stages = 2, .microbatches = 2});
+  auto const bytes = hp::model_bytes::uniform(s.shape(), {.activations = 8, .output = 8});
+  aligned_resource resource;
+  headroom::host::launch(3, [&](thread_communicator& comm) {
+    CHECK_THROWS_WITH_AS(hp::executor(comm, resource, s, bytes), Contains("the communicator has 3 ranks, the schedule '1f1b' needs p = 2"), invalid_argument);
+  });
+  headroom::host::launch(2, [&](thread_communicator& comm) {
+    auto const four = hp::model_bytes::uniform({.stages = 4, .microbatches = 1}, {});
+    CHECK_THROWS_WITH_AS(hp::executor(comm, resource, s, four), Contains("model_bytes has 4 stages, expected p·v = 2"), invalid_argument);
+    auto const zb = hp::make_schedule<hp::zb_h1>(s.shape());
+    hp::executor exec(comm, resource, zb, bytes);
+    plain_stage stage;
+    CHECK_THROWS_WITH_AS(exec.step(stage), Contains("splits the backward into backward_input and backward_weight"), invalid_argument);
+    CHECK(exec.statistics().bytes().total == 0);  // nothing was allocated or sent
+    auto broken = s.ranks();
+    broken[1].pop_back();
+    CHECK_THROWS_WITH_AS(hp::executor(comm, resource, hp::schedule("broken", s.shape(), broken), bytes), Contains("no send_backward"), invalid_argument);
+  });
+}
