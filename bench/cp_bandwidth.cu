@@ -10,6 +10,17 @@
 // behind a short spin kernel (so host launch overhead is not timed); medians. Bandwidth counts
 // bytes read + bytes written. The torch peer is bench/cp_torch.py.
 //
+// Gather on 2 GPUs (issue 16), cp = 2, 16K and 128K x 4096 and 16K x 151936 bf16: the whole
+// device gather against the bare ncclAllGather of the same bytes (the target: <= 1.1x):
+//   all_gather     ncclAllGather of the local rows into a [T, w] buffer (rank-major): the floor
+//   serial         cp::cuda::gather: one all-gather into a workspace, then the reorder kernel
+//   pipelined/K/R  cp::cuda::gather_pipeline with K chunks, the placement leaving R SMs free
+//                  (K = auto: the library's choice)
+//   p2p_in_place   a peer, written here: one ncclGroup of send/recv per (sequence, chunk) straight
+//                  into the sequence positions, plus a kernel placing the own rows
+// Each output is compared with the serial gather's, byte for byte, before timing. Timing: both
+// ranks run a short spin kernel, then the op between two events; rank 0's medians.
+//
 //   bench_cp_bandwidth [--iterations 20] [--warmup 3]
 // Output: a table, then one JSON line.
 #include <cuda_bf16.h>
@@ -20,12 +31,18 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "headroom/cp/cuda/ops.cuh"
+#include "headroom/cp/cuda/pipelined_gather.cuh"
+#include "headroom/cuda/device.hpp"
+#include "headroom/nccl/bootstrap.hpp"
+#include "headroom/nccl/communicator.hpp"
+#include "headroom/nccl/group.hpp"
 #include "headroom/cp/partition.hpp"
 #include "headroom/cuda/check.hpp"
 #include "headroom/cuda/stream.hpp"
@@ -165,6 +182,142 @@ result run_case(std::string const& op, i64 tokens, i64 width, int cp_size, optio
   return r;
 }
 
+// ---- gather on 2 GPUs ----------------------------------------------------------------------
+
+__global__ void count_mismatches(uint4 const* a, uint4 const* b, i64 n, unsigned long long* bad) {
+  unsigned long long mine = 0;
+  for (i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; i < n; i += static_cast<i64>(gridDim.x) * blockDim.x) {
+    uint4 const x = a[i], y = b[i];
+    mine += (x.x != y.x) || (x.y != y.y) || (x.z != y.z) || (x.w != y.w);
+  }
+  if (mine != 0) atomicAdd(bad, mine);
+}
+
+struct gather_result {
+  std::string method;
+  i64 tokens, width;
+  double ms;
+};
+
+/// dual_chunk: rank r's local rows of sequence i are its chunks r and 2cp-1-r, back to back
+/// (the order each peer sends them in and receives the peer's).
+void p2p_in_place(nccl::communicator& comm, std::vector<i64> const& cu, bf16 const* local, bf16* out, i64 width,
+                  cp::partition<> const& p, cp::cuda::device_cu<i64> dcu, cp::copy_plan const& plan, headroom::cuda::stream_view s) {
+  int const cp_size = comm.size(), rank = comm.rank();
+  auto const row = static_cast<std::size_t>(width);
+  {
+    nccl::group g;
+    for (int peer = 0; peer < cp_size; ++peer) {
+      if (peer == rank) continue;
+      for (std::size_t i = 0; i + 1 < cu.size(); ++i) {
+        i64 const len = cu[i + 1] - cu[i], c = len / (2 * cp_size), local0 = cu[i] / cp_size;
+        if (c == 0) continue;
+        // One send per recv: NCCL matches them one to one, in order.
+        comm.send(std::span<bf16 const>(local + local0 * width, c * row), peer, s);
+        comm.send(std::span<bf16 const>(local + (local0 + c) * width, c * row), peer, s);
+        comm.recv(std::span<bf16>(out + (cu[i] + peer * c) * width, c * row), peer, s);
+        comm.recv(std::span<bf16>(out + (cu[i] + (2 * cp_size - 1 - peer) * c) * width, c * row), peer, s);
+      }
+    }
+    g.end();
+  }
+  cp::cuda::detail::rank_major_destination<cp::dual_chunk, i64> own{dcu.data, p.sequences(), p.global_rows(), cp_size, rank, 0,
+                                                                    p.local_rows()};
+  cp::cuda::detail::launch_copy_rows(own, local, out, p.local_rows(), plan, {}, s, "p2p_in_place");
+}
+
+std::vector<gather_result> gather_on_two_gpus(options const& o, std::string& device_name, std::vector<std::string>& notes) {
+  std::vector<gather_result> results;
+  std::mutex m;
+  struct shape {
+    i64 tokens, width;
+  };
+  std::vector<shape> const shapes{{16384, 4096}, {131072, 4096}, {16384, 151936}};
+  nccl::launch_per_device(nccl::first_devices(2), [&](nccl::communicator& comm) {
+    headroom::cuda::stream stream;
+    auto const s = stream.view();
+    if (comm.rank() == 0) {
+      cudaDeviceProp prop{};
+      HEADROOM_CUDA_TRY(cudaGetDeviceProperties(&prop, comm.device()));
+      std::lock_guard lock(m);
+      device_name = prop.name;
+    }
+    for (auto const& sh : shapes) {
+      auto const cu = packed_batch(sh.tokens, comm.size(), 77);
+      cp::partition<> p(cu, comm.size(), comm.rank());
+      cp::cuda::device_cu_seqlens dcu(p.global_cu_seqlens(), s);
+      std::size_t const row = static_cast<std::size_t>(sh.width) * sizeof(bf16);
+      std::size_t const local_bytes = static_cast<std::size_t>(p.local_rows()) * row;
+      std::size_t const full_bytes = static_cast<std::size_t>(p.global_rows()) * row;
+      device_bytes local(local_bytes), out(full_bytes), ref(full_bytes), ws(full_bytes);
+      device_bytes bad(sizeof(unsigned long long));
+      HEADROOM_CUDA_TRY(cudaMemset(local.p, 0x11 + comm.rank(), local_bytes));  // ranks differ, so misplaced rows show
+      // Distinct rows: stamp each local row's first 8 bytes with (rank, row).
+      std::vector<i64> stamp(static_cast<std::size_t>(p.local_rows()));
+      for (i64 r = 0; r < p.local_rows(); ++r) stamp[static_cast<std::size_t>(r)] = (i64{comm.rank()} << 40) | r;
+      HEADROOM_CUDA_TRY(cudaMemcpy2D(local.p, row, stamp.data(), sizeof(i64), sizeof(i64), stamp.size(), cudaMemcpyHostToDevice));
+      HEADROOM_CUDA_TRY(cudaDeviceSynchronize());
+      auto const lv = cp::matrix_view<bf16 const>(static_cast<bf16 const*>(local.p), p.local_rows(), sh.width);
+      auto const ov = cp::matrix_view<bf16>(static_cast<bf16*>(out.p), p.global_rows(), sh.width);
+      auto const rv = cp::matrix_view<bf16>(static_cast<bf16*>(ref.p), p.global_rows(), sh.width);
+      auto const wv = cp::matrix_view<bf16>(static_cast<bf16*>(ws.p), p.global_rows(), sh.width);
+      auto const plan = cp::plan_copy<cp::vector_policy::require_16>(row, {{"local", local.p}, {"out", out.p}}, "bench");
+
+      cp::cuda::gather<cp::vector_policy::require_16>(comm, p, dcu.view(), lv, rv, wv, s);  // the reference
+      auto check_same = [&](std::string const& what) {
+        HEADROOM_CUDA_TRY(cudaMemsetAsync(bad.p, 0, sizeof(unsigned long long), s.get()));
+        count_mismatches<<<1024, 256, 0, s.get()>>>(static_cast<uint4 const*>(out.p), static_cast<uint4 const*>(ref.p),
+                                                    static_cast<i64>(full_bytes / 16), static_cast<unsigned long long*>(bad.p));
+        HEADROOM_CUDA_CHECK_LAST();
+        unsigned long long n = 0;
+        HEADROOM_CUDA_TRY(cudaMemcpyAsync(&n, bad.p, sizeof n, cudaMemcpyDeviceToHost, s.get()));
+        stream.synchronize();
+        expects<logic_error>(n == 0, "bench_cp_bandwidth: ", what, " at ", sh.tokens, " x ", sh.width, ": ", n,
+                             " 16-byte words differ from cp::cuda::gather's output");
+        HEADROOM_CUDA_TRY(cudaMemsetAsync(out.p, 0, full_bytes, s.get()));
+      };
+      auto time_it = [&](std::string const& method, std::function<void()> const& op) {
+        double const ms = median_ms(s, o, op);
+        if (comm.rank() == 0) {
+          std::lock_guard lock(m);
+          results.push_back({method, sh.tokens, sh.width, ms});
+        }
+      };
+      time_it("all_gather", [&] {
+        comm.all_gather(std::span<std::byte const>(static_cast<std::byte const*>(local.p), local_bytes),
+                        std::span<std::byte>(static_cast<std::byte*>(out.p), full_bytes), s);
+      });
+      time_it("serial", [&] { cp::cuda::gather<cp::vector_policy::require_16>(comm, p, dcu.view(), lv, ov, wv, s); });
+      check_same("serial");
+      struct variant {
+        int chunks, reserved;
+      };
+      for (variant v : {variant{0, 32}, variant{4, 32}, variant{8, 32}, variant{16, 32}, variant{32, 32}, variant{8, 0}}) {
+        cp::cuda::gather_pipeline pipe(v.chunks, v.reserved);
+        i64 const rows = pipe.workspace_rows(p, row);
+        auto const pw = cp::matrix_view<bf16>(static_cast<bf16*>(ws.p), rows, sh.width);
+        auto run = [&] { pipe.gather<cp::vector_policy::require_16>(comm, p, dcu.view(), lv, ov, pw, s); };
+        run();
+        std::string const name = "pipelined/" + (v.chunks == 0 ? "auto" + std::to_string(pipe.chunks_for(p.local_rows(), row))
+                                                                : std::to_string(v.chunks)) + "/" + std::to_string(v.reserved);
+        check_same(name);
+        time_it(name, run);
+      }
+      auto p2p = [&] { p2p_in_place(comm, cu, static_cast<bf16 const*>(local.p), static_cast<bf16*>(out.p), sh.width, p, dcu.view(), plan, s); };
+      p2p();
+      check_same("p2p_in_place");
+      time_it("p2p_in_place", p2p);
+      if (comm.rank() == 0) {
+        std::lock_guard lock(m);
+        notes.push_back(std::to_string(sh.tokens) + " x " + std::to_string(sh.width) + ": " + std::to_string(p.sequences()) +
+                        " sequences");
+      }
+      stream.synchronize();
+    }
+  });
+  return results;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -213,6 +366,26 @@ int main(int argc, char** argv) try {
                 r.indexed_ms / r.ours_ms);
   for (auto const& s : skipped) std::printf("skipped: %s\n", s.c_str());
 
+  std::vector<gather_result> gathers;
+  std::string gather_device;
+  std::vector<std::string> notes;
+  if (headroom::cuda::device_count() >= 2) {
+    gathers = gather_on_two_gpus(o, gather_device, notes);
+    std::printf("\ncp gather on 2 GPUs (%s), cp = 2, bf16; medians of %d runs; x = time / bare all_gather\n",
+                gather_device.c_str(), o.iterations);
+    std::printf("%7s %7s %-18s %9s %7s\n", "tokens", "width", "method", "ms", "x");
+    for (auto const& g : gathers) {
+      double floor = 0;
+      for (auto const& h : gathers)
+        if (h.tokens == g.tokens && h.width == g.width && h.method == "all_gather") floor = h.ms;
+      std::printf("%7lld %7lld %-18s %9.3f %7.3f\n", static_cast<long long>(g.tokens), static_cast<long long>(g.width),
+                  g.method.c_str(), g.ms, g.ms / floor);
+    }
+    for (auto const& n : notes) std::printf("batch %s\n", n.c_str());
+  } else {
+    std::printf("\ncp gather on 2 GPUs: skipped, %d GPU(s)\n", headroom::cuda::device_count());
+  }
+
   std::ostringstream js;
   js << "{\"bench\":\"cp_bandwidth\",\"device\":\"" << prop.name << "\",\"iterations\":" << o.iterations
      << ",\"warmup\":" << o.warmup << ",\"dtype\":\"bfloat16\",\"results\":[";
@@ -223,7 +396,11 @@ int main(int argc, char** argv) try {
        << ",\"memcpy_ms\":" << r.memcpy_ms << ",\"indexed_ms\":" << r.indexed_ms << ",\"ours_gbps\":" << r.gbps(r.ours_ms)
        << ",\"memcpy_gbps\":" << r.gbps(r.memcpy_ms) << ",\"fraction_of_memcpy\":" << r.memcpy_ms / r.ours_ms << "}";
   }
-  js << "],\"skipped\":" << skipped.size() << "}";
+  js << "],\"skipped\":" << skipped.size() << ",\"gather_2gpu\":[";
+  for (std::size_t i = 0; i < gathers.size(); ++i)
+    js << (i ? "," : "") << "{\"method\":\"" << gathers[i].method << "\",\"tokens\":" << gathers[i].tokens
+       << ",\"width\":" << gathers[i].width << ",\"ms\":" << gathers[i].ms << "}";
+  js << "]}";
   std::printf("%s\n", js.str().c_str());
   return 0;
 } catch (std::exception const& e) {

@@ -263,8 +263,8 @@ int main(int argc, char** argv) try {
       };
       HEADROOM_CUDA_TRY(cudaGraphLaunch(exec, s.get()));
       expects<logic_error>(captured.get() == expect, "bench_stats_reduce: wrong graph-captured max");
-      r.device_resident = measure(s, opt.warmup, it, device_resident);
       r.device_graph = measure(s, opt.warmup, it, device_graph);
+      r.device_resident = measure(s, opt.warmup, it, device_resident);
       dev_reducer::pending_type pending;
       r.enqueue_us = host_us(s, opt.warmup, it, [&] { pending = resident.max(s); }, [&] { sink = pending.get(); });
       r.graph_launch_us = host_us(s, opt.warmup, it, [&] { HEADROOM_CUDA_TRY(cudaGraphLaunch(exec, s.get())); }, [] {});

@@ -7,10 +7,12 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "device_buffer.hpp"
 #include "headroom/cp/cuda/gather.cuh"
+#include "headroom/cp/cuda/pipelined_gather.cuh"
 #include "headroom/cuda/async_resource.hpp"
 #include "headroom/cuda/device.hpp"
 #include "headroom/cuda/stream.hpp"
@@ -51,16 +53,28 @@ __global__ void row_max_kernel(float const* in, float* out, i64 rows, i64 width)
   }
 }
 
+// A random packed batch drawn from `seed` (the same on both ranks), its tensor x and this rank's split.
+template <class L, class T>
+struct gather_case {
+  gather_case(nccl::communicator& comm, std::uint64_t seed, i64 width)
+      : shared(seed), pad(cp_test::random_padding<L>(shared, comm.size(), 16, 64)),
+        x(random_values<T>(shared, static_cast<std::size_t>(pad.padded_rows() * width))),
+        p(std::span<i64 const>(pad.padded_cu_seqlens()), comm.size(), comm.rank()),
+        local(static_cast<std::size_t>(p.local_rows() * width)) {
+    cp::split(p, matrix_view<T const>(x.data(), p.global_rows(), width), matrix_view<T>(local.data(), p.local_rows(), width));
+  }
+  std::mt19937_64 shared;
+  decltype(cp_test::random_padding<L>(std::declval<std::mt19937_64&>(), 1, 1, 1)) pad;
+  std::vector<T> x;
+  partition<L> p;
+  std::vector<T> local;
+};
+
 template <class L, class T>
 void gather_round_trip(nccl::communicator& comm, std::uint64_t seed, i64 width) {
   headroom::cuda::stream stream;
-  std::mt19937_64 shared(seed);  // same batch on both ranks
-  auto const pad = cp_test::random_padding<L>(shared, comm.size(), 16, 64);
-  auto const x = random_values<T>(shared, static_cast<std::size_t>(pad.padded_rows() * width));
-  partition<L> p(std::span<i64 const>(pad.padded_cu_seqlens()), comm.size(), comm.rank());
-  std::vector<T> local(static_cast<std::size_t>(p.local_rows() * width));
-  cp::split(p, matrix_view<T const>(x.data(), p.global_rows(), width), matrix_view<T>(local.data(), p.local_rows(), width));
-
+  gather_case<L, T> const g(comm, seed, width);
+  auto const& [shared, pad, x, p, local] = g;
   cp::cuda::device_cu_seqlens cu(pad.padded_cu_seqlens(), stream);
   device_vector<T> d_local(local), d_out(x.size()), d_ws(static_cast<std::size_t>(cp::gather_workspace_rows(p) * width));
   cp::cuda::gather(comm, p, cu.view(), matrix_view<T const>(d_local.data(), p.local_rows(), width),
@@ -77,7 +91,92 @@ void gather_round_trip(nccl::communicator& comm, std::uint64_t seed, i64 width) 
   CHECK(same_bytes(d_out2.download(), x));
 }
 
+// The pipelined gather against the host tensor, for several chunk counts (1: no overlap; more
+// chunks than fit evenly: a short last chunk), and captured in a CUDA graph.
+template <class L, class T>
+void pipelined_round_trip(nccl::communicator& comm, std::uint64_t seed, i64 width, int chunks, bool graph = false) {
+  headroom::cuda::stream stream;
+  gather_case<L, T> const g(comm, seed, width);
+  auto const& [shared, pad, x, p, local] = g;
+  cp::cuda::device_cu_seqlens cu(pad.padded_cu_seqlens(), stream);
+  cp::cuda::gather_pipeline pipe(chunks, 8);
+  i64 const ws_rows = pipe.workspace_rows(p, static_cast<std::size_t>(width) * sizeof(T));
+  if (!std::same_as<L, contiguous> && chunks > 0)
+    CHECK(ws_rows == 2 * comm.size() * ((p.local_rows() + std::min<i64>(chunks, p.local_rows()) - 1) / std::min<i64>(chunks, p.local_rows())));
+  device_vector<T> d_local(local), d_out(x.size()), d_ws(static_cast<std::size_t>(ws_rows * width) + 1);
+  auto run = [&] {
+    pipe.gather(comm, p, cu.view(), matrix_view<T const>(d_local.data(), p.local_rows(), width),
+                matrix_view<T>(d_out.data(), p.global_rows(), width), matrix_view<T>(d_ws.data(), ws_rows, width), stream);
+  };
+  if (graph) {
+    cudaGraph_t g = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    HEADROOM_CUDA_TRY(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
+    run();
+    HEADROOM_CUDA_TRY(cudaStreamEndCapture(stream.get(), &g));
+    HEADROOM_CUDA_TRY(cudaGraphInstantiate(&exec, g, 0));
+    for (int i = 0; i < 2; ++i) {
+      d_out.fill_bytes(0xAB);
+      HEADROOM_CUDA_TRY(cudaGraphLaunch(exec, stream.get()));
+      stream.synchronize();
+      CHECK(same_bytes(d_out.download(), x));
+    }
+    HEADROOM_CUDA_TRY(cudaGraphExecDestroy(exec));
+    HEADROOM_CUDA_TRY(cudaGraphDestroy(g));
+  } else {
+    run();
+    stream.synchronize();
+    CHECK(same_bytes(d_out.download(), x));
+  }
+}
+
 }  // namespace
+
+TEST_CASE("2-GPU pipelined gather (all-gather of chunk c beside the placement of chunk c-1) equals the host tensor") {
+  auto const devices = two_devices();
+  nccl::launch_per_device(devices, [](nccl::communicator& comm) {
+    for (std::uint64_t seed : {4u, 5u, 6u}) {
+      for (int chunks : {1, 2, 3, 7, 64}) {
+        CAPTURE(chunks);
+        pipelined_round_trip<dual_chunk, __nv_bfloat16>(comm, seed, 64, chunks);
+        pipelined_round_trip<dual_chunk, float>(comm, seed, 3, chunks);
+        pipelined_round_trip<dual_chunk, std::uint8_t>(comm, seed, 5, chunks);
+      }
+      pipelined_round_trip<contiguous, __nv_bfloat16>(comm, seed, 64, 4);
+      pipelined_round_trip<dual_chunk, __nv_bfloat16>(comm, seed, 64, 0);  // chunks chosen from the bytes
+    }
+    pipelined_round_trip<dual_chunk, __nv_bfloat16>(comm, 8, 64, 5, true);
+  });
+}
+
+TEST_CASE("2-GPU pipelined gather rejects bad input on each rank before any collective") {
+  auto const devices = two_devices();
+  nccl::launch_per_device(devices, [](nccl::communicator& comm) {
+    headroom::cuda::stream stream;
+    std::vector<i64> const cu_host{0, 8, 24};
+    partition<> p(cu_host, comm.size(), comm.rank());
+    cp::cuda::device_cu_seqlens cu(cu_host, stream);
+    cp::cuda::gather_pipeline pipe(2);
+    i64 const w = 4;
+    i64 const need = pipe.workspace_rows(p, w * sizeof(float));
+    CHECK(need == 2 * 2 * 6);
+    device_vector<float> local(static_cast<std::size_t>(p.local_rows() * w)), out(static_cast<std::size_t>(24 * w)),
+        ws(static_cast<std::size_t>(need * w));
+    auto const lv = matrix_view<float const>(local.data(), p.local_rows(), w);
+    auto const ov = matrix_view<float>(out.data(), 24, w);
+    CHECK_THROWS_WITH_AS(pipe.gather(comm, p, cu.view(), lv, ov, matrix_view<float>(ws.data(), need - 1, w), stream),
+                         doctest::Contains("rows, expected at least 24"), headroom::invalid_argument);
+    CHECK_THROWS_WITH_AS(pipe.gather(comm, p, cu.view(), lv, ov, matrix_view<float>(ws.data(), need / 2, 2 * w), stream),
+                         doctest::Contains("workspace has width 8, expected 4"), headroom::invalid_argument);
+    CHECK_THROWS_WITH_AS(pipe.gather(comm, p, cu.view(), lv, matrix_view<float>(out.data(), 23, w),
+                                     matrix_view<float>(ws.data(), need, w), stream),
+                         doctest::Contains("output"), headroom::invalid_argument);
+    CHECK_THROWS_WITH_AS(cp::cuda::gather_pipeline(4, -1), doctest::Contains("reserved_sms = -1"), headroom::invalid_argument);
+    // The group is intact: a good call still gathers.
+    pipe.gather(comm, p, cu.view(), lv, ov, matrix_view<float>(ws.data(), need, w), stream);
+    stream.synchronize();
+  });
+}
 
 TEST_CASE("2-GPU NCCL gather equals the host tensor (both layouts, several element types)") {
   auto const devices = two_devices();

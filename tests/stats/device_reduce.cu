@@ -200,6 +200,34 @@ TEST_CASE("graph capture: the kernel, the all-reduce and the copy in one graph; 
       HEADROOM_CUDA_TRY(cudaGraphLaunch(exec, s.get()));
       CHECK(pending.get() == other_report(2 * launch, static_cast<double>(launch) / 4));  // rank 1's: counter * 2
     }
+    // The graph owns the only slot: an eager reduction has none left.
+    CHECK_THROWS_WITH_AS(static_cast<void>(reduce.max(s)), doctest::Contains("belong to captured graphs"),
+                         headroom::capacity_error);
+    HEADROOM_CUDA_TRY(cudaGraphExecDestroy(exec));
+    HEADROOM_CUDA_TRY(cudaGraphDestroy(graph));
+  });
+}
+
+TEST_CASE("a captured reduction keeps its slot while eager reductions rotate through the others") {
+  nccl::launch_per_device(two_devices(), [](nccl::communicator& c) {
+    auto const plan = hs::reduce_plan::for_report<other_report>();
+    buffers b(plan, 2);
+    auto const s = b.stream.view();
+    reducer_t<other_report> reduce(c, b.device.bytes(), b.pinned.bytes(), s);
+    reduce.store(other_report(1 + c.rank(), 1.0), s);
+    cudaGraph_t graph = nullptr;
+    HEADROOM_CUDA_TRY(cudaStreamBeginCapture(s.get(), cudaStreamCaptureModeThreadLocal));
+    auto const captured = reduce.max(s);
+    HEADROOM_CUDA_TRY(cudaStreamEndCapture(s.get(), &graph));
+    cudaGraphExec_t exec = nullptr;
+    HEADROOM_CUDA_TRY(cudaGraphInstantiate(&exec, graph, 0));
+    HEADROOM_CUDA_TRY(cudaGraphLaunch(exec, s.get()));
+    CHECK(captured.get() == other_report(2, 1.0));
+    reduce.store(other_report(5 + c.rank(), 2.0), s);
+    for (int i = 0; i < 3; ++i) CHECK(reduce.max(s).get() == other_report(6, 2.0));  // eager: the other slot
+    CHECK(captured.get() == other_report(2, 1.0));  // untouched by the eager calls
+    HEADROOM_CUDA_TRY(cudaGraphLaunch(exec, s.get()));
+    CHECK(captured.get() == other_report(6, 2.0));  // the next launch reduces the current values
     HEADROOM_CUDA_TRY(cudaGraphExecDestroy(exec));
     HEADROOM_CUDA_TRY(cudaGraphDestroy(graph));
   });

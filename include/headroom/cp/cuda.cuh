@@ -5,3 +5,4 @@
 #include "headroom/cp/cuda/gather.cuh"
 #include "headroom/cp/cuda/kernels.cuh"
 #include "headroom/cp/cuda/ops.cuh"
+#include "headroom/cp/cuda/pipelined_gather.cuh"

@@ -41,6 +41,28 @@ template <class T>
   return {reinterpret_cast<std::byte*>(m.data), m.size_bytes()};
 }
 
+/// The checks of every device gather, made before its first collective (a rank that throws has
+/// issued nothing).
+template <class C, layout_policy L, cu_index I, row_element T>
+void expect_gather(C& comm, partition<L> const& p, device_cu<I> cu, matrix_view<T const> local, matrix_view<T> out,
+                   char const* op) {
+  cp::detail::expect_group(comm, p, op);
+  expect_device_cu(cu, p.sequences(), op, "cu_seqlens");
+  cp::detail::expect_shape(local, p.local_rows(), local.width, op, "local input");
+  cp::detail::expect_shape(out, p.global_rows(), local.width, op, "output");
+  cp::detail::expect_disjoint(local, out, op);
+}
+/// The rank-major workspace's width and overlaps, and the reorder's vector width (checked here so
+/// that a bad call issues no collective).
+template <vector_policy_type V, row_element T>
+[[nodiscard]] copy_plan expect_gather_workspace(matrix_view<T const> local, matrix_view<T> out, matrix_view<T> workspace,
+                                                char const* op) {
+  expects(workspace.width == local.width, op, ": workspace has width ", workspace.width, ", expected ", local.width);
+  cp::detail::expect_disjoint(local, workspace, op);
+  cp::detail::expect_disjoint(out, workspace, op);
+  return plan_copy<V>(local.row_bytes(), {{"workspace", workspace.data}, {"output", out.data}}, op);
+}
+
 template <class = void>
 __global__ void finish_token_mean_kernel(double* stats, int cp_size, bool replicated) {
   token_mean const m = cp::detail::finish_token_mean(stats[0], stats[1], cp_size, replicated);
@@ -60,24 +82,16 @@ template <vector_policy_type V = vector_policy::widest, device_communicator C, l
 void gather(C& comm, partition<L> const& p, device_cu<I> cu, matrix_view<T const> local, matrix_view<T> out,
             matrix_view<T> workspace, stream_view s) {
   char const* op = "cp::cuda::gather";
-  cp::detail::expect_group(comm, p, op);
-  detail::expect_device_cu(cu, p.sequences(), op, "cu_seqlens");
-  cp::detail::expect_shape(local, p.local_rows(), local.width, op, "local input");
-  cp::detail::expect_shape(out, p.global_rows(), local.width, op, "output");
-  cp::detail::expect_disjoint(local, out, op);
+  detail::expect_gather(comm, p, cu, local, out, op);
   if constexpr (std::same_as<L, contiguous>) {
     comm.all_gather(detail::bytes_of(local), detail::bytes_of(out), s);
   } else {
     bool const chunked = workspace.rows < p.global_rows();
-    expects(workspace.width == local.width, op, ": workspace has width ", workspace.width, ", expected ", local.width);
     if (chunked)
       expects(workspace.rows >= p.longest_sequence(), op, ": workspace has ", workspace.rows,
               " rows, expected at least the longest padded sequence (", p.longest_sequence(), " rows) or all ",
               p.global_rows(), " rows");
-    cp::detail::expect_disjoint(local, workspace, op);
-    cp::detail::expect_disjoint(out, workspace, op);
-    // Check the reorder's vector width before the first collective, so a bad call issues nothing.
-    auto const plan = plan_copy<V>(local.row_bytes(), {{"workspace", workspace.data}, {"output", out.data}}, op);
+    auto const plan = detail::expect_gather_workspace<V>(local, out, workspace, op);
     auto const chunks = plan_gather_chunks(p, chunked ? workspace.rows : 0);
     std::size_t const row = local.row_bytes();
     for (auto const& c : chunks) {

@@ -1,7 +1,9 @@
 #pragma once
 // Row-copy kernels behind cp::cuda's ops. One kernel template serves every op: each output row
 // has one source row (or none: filled with a pattern), computed in the kernel from cu_seqlens
-// staged in shared memory, so no index tensor is ever materialised.
+// staged in shared memory, so no index tensor is ever materialised. A source may instead
+// scatter (`scatters`): each INPUT row has one destination row; the pipelined gather uses it to
+// place a chunk of rank-major rows, whose destinations are not one contiguous range.
 //
 // Work split (the copy is memory-bound): a block takes a tile of consecutive output rows,
 // computes each row's source once into shared memory, then streams the tile with vector
@@ -73,6 +75,7 @@ template <class I>
 template <class Layout, class I>
 struct split_source {
   static constexpr bool may_fill = false;
+  static constexpr bool scatters = false;
   I const* cu;
   std::int64_t nseq, total;
   int cp, rank;
@@ -89,6 +92,7 @@ struct split_source {
 template <class Layout, class I>
 struct sequence_order_source {
   static constexpr bool may_fill = false;
+  static constexpr bool scatters = false;
   I const* cu;
   std::int64_t nseq, total;
   int cp;
@@ -105,6 +109,7 @@ struct sequence_order_source {
 template <class Layout, class I>
 struct rank_order_source {
   static constexpr bool may_fill = false;
+  static constexpr bool scatters = false;
   I const* cu;
   std::int64_t nseq, total;
   int cp;
@@ -120,6 +125,7 @@ struct rank_order_source {
 template <class Layout, class I>
 struct split_adjoint_source {
   static constexpr bool may_fill = true;
+  static constexpr bool scatters = false;
   I const* cu;
   std::int64_t nseq, total;
   int cp, rank;
@@ -137,6 +143,7 @@ struct split_adjoint_source {
 template <class Layout, class I, class J>
 struct pad_split_source {
   static constexpr bool may_fill = true;
+  static constexpr bool scatters = false;
   J const* padded_cu;
   I const* raw_cu;
   std::int64_t nseq, raw_nseq, total;
@@ -159,46 +166,79 @@ struct pad_split_source {
   }
 };
 
+/// Scatter: input row k of a rank-major block (`block` rows per rank, ranks rank0, rank0 + 1, ...,
+/// each starting at its local row `local0`) -> its global row in sequence order. With rank0 = r
+/// and block = local_rows it places rank r's own local rows.
+template <class Layout, class I>
+struct rank_major_destination {
+  static constexpr bool may_fill = false;
+  static constexpr bool scatters = true;
+  I const* cu;
+  std::int64_t nseq, total;
+  int cp;
+  int rank0 = 0;
+  std::int64_t local0 = 0, block = 0;
+  [[nodiscard]] std::size_t shared_bytes() const noexcept { return staged_bytes<I>(nseq + 1); }
+  __device__ void stage(unsigned char* smem, bool use_shared) { cu = stage_array(cu, nseq + 1, smem, use_shared); }
+  __device__ __forceinline__ std::int64_t operator()(std::int64_t k) const {
+    auto const q = static_cast<int>(k / block);
+    return Layout::locate(cu, nseq, total, cp, rank0 + q, local0 + (k - q * block)).global_row;
+  }
+};
+
 // ---- the kernel --------------------------------------------------------------------------
 
+/// `total_rows`: output rows (input rows for a scattering source).
 template <class V, class Source>
 __global__ void __launch_bounds__(block_threads)
-    copy_rows_kernel(Source source, V const* __restrict__ in, V* __restrict__ out, std::int64_t out_rows,
+    copy_rows_kernel(Source source, V const* __restrict__ in, V* __restrict__ out, std::int64_t total_rows,
                      cp::detail::fast_divmod vectors_per_row, std::uint32_t rows_per_tile, bool stage_cu,
                      fill_pattern fill) {
   extern __shared__ __align__(16) unsigned char shared[];
   auto* const src_rows = reinterpret_cast<std::int64_t*>(shared);
   source.stage(shared + (static_cast<std::size_t>(rows_per_tile) * sizeof(std::int64_t) + 15) / 16 * 16, stage_cu);
   __syncthreads();
-  std::int64_t const tiles = (out_rows + rows_per_tile - 1) / rows_per_tile;
+  std::int64_t const tiles = (total_rows + rows_per_tile - 1) / rows_per_tile;
   for (std::int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     std::int64_t const row0 = tile * rows_per_tile;
-    std::int64_t const left = out_rows - row0;
+    std::int64_t const left = total_rows - row0;
     auto const rows = static_cast<std::uint32_t>(left < rows_per_tile ? left : rows_per_tile);
     for (std::uint32_t i = threadIdx.x; i < rows; i += blockDim.x) src_rows[i] = source(row0 + i);
     __syncthreads();
     std::uint32_t const vpr = vectors_per_row.divisor();
     std::uint32_t const items = rows * vpr;
-    V* const out_tile = out + row0 * static_cast<std::int64_t>(vpr);
+    std::int64_t const tile_offset = row0 * static_cast<std::int64_t>(vpr);
     for (std::uint32_t base = threadIdx.x; base < items; base += block_threads * unroll) {
       V regs[unroll];
 #pragma unroll
       for (int k = 0; k < unroll; ++k) {
         std::uint32_t const i = base + static_cast<std::uint32_t>(k) * block_threads;
         if (i < items) {
-          std::uint32_t r = 0, v = 0;
-          vectors_per_row.divide(i, r, v);
-          std::int64_t const s = src_rows[r];
-          if constexpr (Source::may_fill)
-            regs[k] = s >= 0 ? in[s * vpr + v] : fill.template vector<V>(v);
-          else
-            regs[k] = in[s * vpr + v];
+          if constexpr (Source::scatters) {
+            regs[k] = in[tile_offset + i];  // the tile's input rows are contiguous
+          } else {
+            std::uint32_t r = 0, v = 0;
+            vectors_per_row.divide(i, r, v);
+            std::int64_t const s = src_rows[r];
+            if constexpr (Source::may_fill)
+              regs[k] = s >= 0 ? in[s * vpr + v] : fill.template vector<V>(v);
+            else
+              regs[k] = in[s * vpr + v];
+          }
         }
       }
 #pragma unroll
       for (int k = 0; k < unroll; ++k) {
         std::uint32_t const i = base + static_cast<std::uint32_t>(k) * block_threads;
-        if (i < items) out_tile[i] = regs[k];
+        if (i < items) {
+          if constexpr (Source::scatters) {
+            std::uint32_t r = 0, v = 0;
+            vectors_per_row.divide(i, r, v);
+            out[src_rows[r] * vpr + v] = regs[k];  // src_rows holds destinations here
+          } else {
+            out[tile_offset + i] = regs[k];  // the tile's output rows are contiguous
+          }
+        }
       }
     }
     __syncthreads();  // src_rows is rewritten by the next tile

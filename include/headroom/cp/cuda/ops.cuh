@@ -77,22 +77,16 @@ class device_cu_seqlens {
 namespace detail {
 
 /// Picks tile size and grid, then launches copy_rows_kernel with the vector type of `plan`.
+/// `rows`: output rows (input rows for a scattering source). `max_grid` > 0 caps the grid (the
+/// pipelined gather leaves SMs to the collective running beside the copy).
 template <class Source>
-void launch_copy_rows(Source source, void const* in, void* out, std::int64_t out_rows, copy_plan const& plan,
-                      fill_pattern const& fill, stream_view s, char const* op) {
-  if (out_rows == 0) return;
+void launch_copy_rows(Source source, void const* in, void* out, std::int64_t rows, copy_plan const& plan,
+                      fill_pattern const& fill, stream_view s, char const* op, unsigned max_grid = 0) {
+  if (rows == 0) return;
   // Tile indices are 32-bit and divided with fast_divmod (exact below 2^31).
   expects(plan.vectors_per_row < (std::int64_t{1} << 30), op, ": rows of ", plan.row_bytes,
           " bytes are too wide (at most 2^30 - 1 vectors per row)");
   auto const vpr = static_cast<std::uint32_t>(plan.vectors_per_row);
-  std::uint32_t rows_per_tile = std::max<std::uint32_t>(1, target_vectors_per_tile / vpr);
-  rows_per_tile = std::min(rows_per_tile, max_rows_per_tile);
-  if (static_cast<std::int64_t>(rows_per_tile) > out_rows) rows_per_tile = static_cast<std::uint32_t>(out_rows);
-  std::size_t const tile_bytes = (static_cast<std::size_t>(rows_per_tile) * sizeof(std::int64_t) + 15) / 16 * 16;
-  // Boundaries go to shared memory when they fit beside the tile (a 48 KiB block default);
-  // beyond ~6K sequences the search reads them through L1/L2 instead.
-  bool const stage = tile_bytes + source.shared_bytes() <= 48 * 1024;
-  std::size_t const shared = tile_bytes + (stage ? source.shared_bytes() : 0);
 
   // Grid: as many blocks as the device keeps resident at full thread occupancy (two device
   // attribute reads, no occupancy query on the launch path); a grid-stride loop covers the rest.
@@ -100,14 +94,30 @@ void launch_copy_rows(Source source, void const* in, void* out, std::int64_t out
   HEADROOM_CUDA_TRY(cudaGetDevice(&device));
   HEADROOM_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   HEADROOM_CUDA_TRY(cudaDeviceGetAttribute(&threads_per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, device));
-  std::int64_t const tiles = (out_rows + rows_per_tile - 1) / rows_per_tile;
-  std::int64_t const resident = static_cast<std::int64_t>(sms) * std::max(threads_per_sm / block_threads, 1);
+  std::int64_t resident = static_cast<std::int64_t>(sms) * std::max(threads_per_sm / block_threads, 1);
+  if (max_grid > 0) resident = std::min<std::int64_t>(resident, max_grid);
+
+  // Tiles of ~4K vectors keep the per-tile set-up (source rows, a barrier) small against the
+  // copy. A small copy (a 16 MiB split) would leave most of the device idle with tiles that
+  // big, its time set by the few SMs that got two: shrink the tiles until every resident block
+  // has one, so all loads are in flight in the first wave.
+  std::uint32_t rows_per_tile = std::max<std::uint32_t>(1, target_vectors_per_tile / vpr);
+  rows_per_tile = std::min(rows_per_tile, max_rows_per_tile);
+  if ((rows + rows_per_tile - 1) / rows_per_tile < resident)
+    rows_per_tile = static_cast<std::uint32_t>(std::max<std::int64_t>(1, (rows + resident - 1) / resident));
+  if (static_cast<std::int64_t>(rows_per_tile) > rows) rows_per_tile = static_cast<std::uint32_t>(rows);
+  std::size_t const tile_bytes = (static_cast<std::size_t>(rows_per_tile) * sizeof(std::int64_t) + 15) / 16 * 16;
+  // Boundaries go to shared memory when they fit beside the tile (a 48 KiB block default);
+  // beyond ~6K sequences the search reads them through L1/L2 instead.
+  bool const stage = tile_bytes + source.shared_bytes() <= 48 * 1024;
+  std::size_t const shared = tile_bytes + (stage ? source.shared_bytes() : 0);
+  std::int64_t const tiles = (rows + rows_per_tile - 1) / rows_per_tile;
   auto const grid = static_cast<unsigned>(std::min(tiles, resident));
 
   auto go = [&](auto vector_tag) {
     using V = typename decltype(vector_tag)::type;
     copy_rows_kernel<V, Source><<<grid, block_threads, shared, s.get()>>>(
-        source, static_cast<V const*>(in), static_cast<V*>(out), out_rows, cp::detail::fast_divmod(vpr), rows_per_tile, stage,
+        source, static_cast<V const*>(in), static_cast<V*>(out), rows, cp::detail::fast_divmod(vpr), rows_per_tile, stage,
         fill);
     HEADROOM_CUDA_CHECK_LAST();
   };

@@ -27,7 +27,8 @@
 //
 // Slots: the pinned buffer holds `slots` results (pinned_bytes(plan, slots)); max() takes them in
 // turn, so a handle's result stays readable until `slots` later reductions were enqueued. get()
-// on an older handle throws logic_error instead of returning a newer (or torn) result.
+// on an older handle throws logic_error instead of returning a newer (or torn) result. A
+// reduction captured in a graph owns its slot (see max()).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -135,6 +136,7 @@ class device_reducer {
     events_.reserve(static_cast<std::size_t>(slots_));
     for (int i = 0; i < slots_; ++i) events_.emplace_back(headroom::cuda::event_options{.timing = false});
     generation_.assign(static_cast<std::size_t>(slots_), 0);
+    captured_.assign(static_cast<std::size_t>(slots_), false);
     last_stream_.assign(static_cast<std::size_t>(slots_), headroom::cuda::stream_view{});
     host_keys_.resize(plan_.max_words());
     store(schema_, s);
@@ -183,15 +185,16 @@ class device_reducer {
   ///
   /// Graph capture: capture max(s) (with the kernels that fill view()) once, keep the handle; each
   /// launch of the graph reduces into the same slot and re-records its event, so after a launch
-  /// `ready()` / `get()` give that launch's result. Read it before the next launch's copy can
-  /// land (the generation check cannot see graph launches).
+  /// `ready()` / `get()` give that launch's result. A captured reduction keeps its slot for the
+  /// reducer's lifetime (eager calls rotate through the others; capacity_error when none is
+  /// left). Read a launch's result before the next launch's copy can land, and not before the
+  /// first launch (the generation check cannot see graph launches).
   [[nodiscard]] pending_type max(headroom::cuda::stream_view s) {
     if (size_ == 0) return pending_type(this, -1, 0);
-    int const k = next_slot_;
-    next_slot_ = (next_slot_ + 1) % slots_;
+    auto const [k, capturing] = take_slot(s);
     auto const ku = static_cast<std::size_t>(k);
     // A slot last written from another stream: order this copy after that one (device-side).
-    if (last_stream_[ku] != s && generation_[ku] != 0) events_[ku].wait_on(s);
+    if (!capturing && last_stream_[ku] != s && generation_[ku] != 0) events_[ku].wait_on(s);
     std::int64_t* const in = send() + reduce_plan::max_header_words;
     std::int64_t* const out = recv() + reduce_plan::max_header_words;
     std::int64_t const* result = in;
@@ -224,6 +227,28 @@ class device_reducer {
                                       size_ * sizeof(std::int64_t), cudaMemcpyHostToDevice, s.get()));
   }
 
+  // The next slot for a reduction on `s`: eager calls rotate over the slots no graph owns; a
+  // captured call takes one for good.
+  struct slot_choice {
+    int slot;
+    bool capturing;
+  };
+  [[nodiscard]] slot_choice take_slot(headroom::cuda::stream_view s) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    HEADROOM_CUDA_TRY(cudaStreamIsCapturing(s.get(), &status));
+    bool const capturing = status != cudaStreamCaptureStatusNone;
+    for (int tries = 0; tries < slots_; ++tries) {
+      int const k = next_slot_;
+      next_slot_ = (next_slot_ + 1) % slots_;
+      if (captured_[static_cast<std::size_t>(k)]) continue;
+      if (capturing) captured_[static_cast<std::size_t>(k)] = true;
+      return {k, capturing};
+    }
+    throw capacity_error("stats::cuda::device_reducer::max: all " + std::to_string(slots_) +
+                         " pinned slots belong to captured graphs; size the pinned buffer with pinned_bytes(plan, slots) "
+                         "for one slot per captured reduction plus at least one for eager calls");
+  }
+
   [[nodiscard]] bool slot_ready(int k) const { return events_[static_cast<std::size_t>(k)].ready(); }
 
   [[nodiscard]] R result(int k, std::uint64_t generation) const {
@@ -247,6 +272,7 @@ class device_reducer {
   int next_slot_ = 0;
   std::vector<headroom::cuda::event> events_;
   std::vector<std::uint64_t> generation_;
+  std::vector<bool> captured_;  // slots owned by a captured reduction
   std::vector<headroom::cuda::stream_view> last_stream_;
   std::vector<std::int64_t> host_keys_;  // store()'s packed words (header unused)
 };
