@@ -10,6 +10,7 @@ int main() {
   p.run("pool", demo_pool);
   p.run("stats", demo_stats);
   p.run("cp", demo_cp);
+  p.run("pipeline", demo_pipeline);
   p.run("trace", demo_trace);
   return p.finish();
 }

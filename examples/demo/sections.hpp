@@ -7,4 +7,5 @@ void demo_lifetime(headroom::demo::printer& p);
 void demo_pool(headroom::demo::printer& p);
 void demo_stats(headroom::demo::printer& p);
 void demo_cp(headroom::demo::printer& p);
+void demo_pipeline(headroom::demo::printer& p);
 void demo_trace(headroom::demo::printer& p);
