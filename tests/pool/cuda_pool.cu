@@ -15,6 +15,7 @@
 #include "headroom/cuda/check.hpp"
 #include "headroom/cuda/device.hpp"
 #include "headroom/pool/cuda/unit_pool.hpp"
+#include "headroom/pool/interval.hpp"
 
 using namespace headroom;
 using namespace headroom::pool;
@@ -91,6 +92,17 @@ std::vector<float> random_floats(std::size_t n, std::mt19937& gen) {
   return v;
 }
 
+// The plans the CUDA tests run on: Megatron's MaxPool, and the interval planner for training
+// and forward-only orders with one unit prefetched (N = 2).
+struct max_plan {
+  static plan make(workload const& w) { return make_plan<pool::max>(w); }
+};
+struct interval_plan {
+  static plan make(workload const& w) {
+    return make_interval_plan(w, {training_order(w), evaluation_order(w)}, {.resident = 2});
+  }
+};
+
 void require_gpu() {
   int const n = cuda::device_count();
   REQUIRE_MESSAGE(n >= 1, "this test needs a CUDA device, found ", n);
@@ -98,12 +110,19 @@ void require_gpu() {
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("two streams, two buffers, eight units: reuse waits on the device and results are exact",
-                   Order, record_at_release, record_at_reuse) {
-  using pool_type = cuda_unit_pool<cuda::device_resource, strict, dynamic, Order>;
+template <class Order, class Plan>
+struct setup {
+  using order = Order;
+  using plan_kind = Plan;
+};
+
+TEST_CASE_TEMPLATE("two streams, two buffers, eight units: reuse waits on the device and results are exact", Setup,
+                   setup<record_at_release, max_plan>, setup<record_at_reuse, max_plan>,
+                   setup<record_at_release, interval_plan>, setup<record_at_reuse, interval_plan>) {
+  using pool_type = cuda_unit_pool<cuda::device_resource, strict, dynamic, typename Setup::order>;
   require_gpu();
   auto const w = mini_hybrid();
-  auto const plan = make_plan<pool::max>(w);
+  auto const plan = Setup::plan_kind::make(w);
   cuda::stream home, ag, compute;
   std::mt19937 gen(std::random_device{}());
   std::vector<device_buffer> src, out;
@@ -139,6 +158,7 @@ TEST_CASE_TEMPLATE("two streams, two buffers, eight units: reuse waits on the de
     HEADROOM_CUDA_TRY(cudaDeviceSynchronize());
     CHECK(pool.stats().cross_stream_waits == w.units.size() - 2);  // every acquire after the first two
     CHECK(pool.stats().slots_in_use_peak == 2);
+    CHECK(pool.stats().off_trace_fallbacks == 0);
     CHECK(pool.stats().moves == 0);
   }
   for (std::size_t u = 0; u < w.units.size(); ++u) {
@@ -209,10 +229,11 @@ TEST_CASE("fallback buckets from a stream-ordered upstream: dynamic and persiste
   }
 }
 
-TEST_CASE("CUDA graph: capture fill + compute on leased slots, replay at stable addresses") {
+TEST_CASE_TEMPLATE("CUDA graph: capture fill + compute on leased slots, replay at stable addresses", Plan, max_plan,
+                   interval_plan) {
   require_gpu();
   auto const w = mini_hybrid();
-  auto const plan = make_plan<pool::max>(w);
+  auto const plan = Plan::make(w);
   cuda::stream origin, ag, home;
   std::mt19937 gen(std::random_device{}());
   std::vector<device_buffer> src, out;
@@ -263,12 +284,18 @@ TEST_CASE("CUDA graph: capture fill + compute on leased slots, replay at stable 
 
   CHECK(addresses == eager_addresses);  // strict pins: captured addresses = warm-up addresses
   CHECK(pool.stats().moves == 0);
-  REQUIRE(plan.shapes.size() == 1);  // one f32 bucket per unit: one shape, one slot per group
   for (std::size_t u = 0; u < w.units.size(); ++u) {
-    // One unit prefetched: units alternate between the two groups, at the planned offsets.
-    auto const slot = plan.slot_index(static_cast<std::uint32_t>(u % 2), 0);
-    CHECK(addresses[u] == pool.arena() + plan.slots[slot].offset);
+    if (plan.resident == 0) {
+      // MaxPool, one f32 bucket per unit: one shape; one unit prefetched, so units alternate
+      // between the two groups, at the planned offsets.
+      REQUIRE(plan.shapes.size() == 1);
+      auto const slot = plan.slot_index(static_cast<std::uint32_t>(u % 2), 0);
+      CHECK(addresses[u] == pool.arena() + plan.slots[slot].offset);
+    } else {  // interval: every unit at its own planned offset
+      CHECK(addresses[u] == pool.arena() + plan.slots[plan.bucket_shape[u][0]].offset);
+    }
   }
+  CHECK(pool.stats().off_trace_fallbacks == 0);
 
   for (int replay = 0; replay < 3; ++replay) {
     std::vector<std::vector<float>> host_src;

@@ -17,6 +17,7 @@
 #include "headroom/cuda/device.hpp"
 #include "headroom/nccl/bootstrap.hpp"
 #include "headroom/pool/cuda/nccl.hpp"
+#include "headroom/pool/interval.hpp"
 
 using namespace headroom;
 using namespace headroom::pool;
@@ -145,18 +146,31 @@ void pass(Pool& pool, nccl::communicator& comm, rank_data& d, cuda::stream_view 
   }
 }
 
+// MaxPool, or the interval planner for training and forward-only orders (N = 2); buckets padded
+// to a multiple of world x 32 elements so that each splits into equal shards.
+struct max_plan {
+  static plan make(workload const& w, int world) {
+    return make_plan<pool::max>(w, {}, pad_elements{static_cast<std::uint64_t>(world) * 32});
+  }
+};
+struct interval_plan {
+  static plan make(workload const& w, int world) {
+    return make_interval_plan(w, {training_order(w), evaluation_order(w)}, {.resident = 2},
+                              pad_elements{static_cast<std::uint64_t>(world) * 32});
+  }
+};
+
 void require_two_gpus() {
   int const n = cuda::device_count();
   REQUIRE_MESSAGE(n >= 2, "this test needs 2 CUDA devices, found ", n);
 }
 
-template <class Upstream>
+template <class Upstream, class Plan = max_plan>
 void all_gather_into_registered_slots(std::uint64_t seed) {
   nccl::launch_per_device(nccl::first_devices(2), [&](nccl::communicator& comm) {
     int const world = comm.size();
     int const rank = comm.rank();
-    // Pad every bucket to a multiple of world x 32 elements so that it splits into equal shards.
-    auto const plan = make_plan<pool::max>(mini_hybrid(), {}, pad_elements{static_cast<std::uint64_t>(world) * 32});
+    auto const plan = Plan::make(mini_hybrid(), world);
     cuda::stream home, ag, compute;
     cuda::event gathered;
     rank_data d = make_buffers(plan, world);
@@ -178,6 +192,7 @@ void all_gather_into_registered_slots(std::uint64_t seed) {
       CHECK(pool.stats().slots_in_use == 0);
       CHECK(pool.stats().slots_in_use_peak <= pool.stats().slots_total);
       CHECK(pool.stats().cross_stream_waits > 0);
+      CHECK(pool.stats().off_trace_fallbacks == 0);
       registration.reset();  // deregister before the arena is freed
     }
   });
@@ -195,13 +210,20 @@ TEST_CASE("2 GPUs: all-gathers into leased slots of a cudaMalloc arena registere
   all_gather_into_registered_slots<cuda::device_resource>(std::random_device{}() * 0x9E3779B97F4A7C15ull + 1);
 }
 
-TEST_CASE("2 GPUs: CUDA graph of all-gather + compute on leased slots replays at stable addresses") {
+TEST_CASE("2 GPUs: all-gathers into an interval-planned ncclMemAlloc arena registered once") {
+  require_two_gpus();
+  all_gather_into_registered_slots<nccl::nccl_mem_resource, interval_plan>(std::random_device{}() *
+                                                                           0x9E3779B97F4A7C15ull + 3);
+}
+
+TEST_CASE_TEMPLATE("2 GPUs: CUDA graph of all-gather + compute on leased slots replays at stable addresses", Plan,
+                   max_plan, interval_plan) {
   require_two_gpus();
   std::uint64_t const seed = std::random_device{}() * 0x9E3779B97F4A7C15ull + 2;
   nccl::launch_per_device(nccl::first_devices(2), [&](nccl::communicator& comm) {
     int const world = comm.size();
     int const rank = comm.rank();
-    auto const plan = make_plan<pool::max>(mini_hybrid(), {}, pad_elements{static_cast<std::uint64_t>(world) * 32});
+    auto const plan = Plan::make(mini_hybrid(), world);
     cuda::stream home, origin, ag;
     cuda::event fork, gathered, join;
     rank_data d = make_buffers(plan, world);
@@ -234,6 +256,7 @@ TEST_CASE("2 GPUs: CUDA graph of all-gather + compute on leased slots replays at
     HEADROOM_CUDA_TRY(cudaGraphInstantiate(&exec, graph, 0));
     CHECK(captured == eager);
     CHECK(pool.stats().moves == 0);
+    CHECK(pool.stats().off_trace_fallbacks == 0);
     for (auto* a : captured) CHECK((a >= pool.arena() && a < pool.arena() + pool.arena_bytes()));
 
     for (int replay = 1; replay <= 3; ++replay) {

@@ -305,6 +305,7 @@ class unit_pool {
         auto& sl = slots_[st.slot];
         sl.release_stream = s;
         sl.pending = true;
+        sl.waited = false;
         sl.event = event;
         ++event_refs_[event];
         sl.holder = none;
@@ -427,6 +428,8 @@ class unit_pool {
     bool pending = false;        // released, and its release event not yet waited on
     std::uint32_t event = none;  // that event (shared by every slot of the release)
     Stream release_stream{};
+    bool waited = false;  // `waited_by` already waits on it (interval plans: bytes shared by units)
+    Stream waited_by{};
   };
 
   [[nodiscard]] bool is_unit(std::uint32_t t) const noexcept { return t < unit_count_; }
@@ -568,8 +571,10 @@ class unit_pool {
     // host does not block), once per distinct release event. May throw (a CUDA error); extra
     // waits are harmless, state unchanged.
     std::uint64_t waits = 0;
-    auto const wait_for = [&](slot_state const& sl) {
-      if (!sl.pending || sl.release_stream == s) return;
+    auto const wait_for = [&](slot_state& sl) {
+      if (!sl.pending || sl.release_stream == s || (sl.waited && sl.waited_by == s)) return;
+      sl.waited = true;  // s is ordered after the release from here on (stream order)
+      sl.waited_by = s;
       if (std::find(waited, waited + waits, sl.event) != waited + waits) return;
       if constexpr (ReleaseOrder::lazy) events_[sl.event].record(sl.release_stream);
       events_[sl.event].wait_on(s);
