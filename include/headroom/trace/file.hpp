@@ -2,6 +2,7 @@
 // Files are written to `<path>.partial` and renamed into place, so a crash never leaves half
 // a snapshot under the final name.
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -11,6 +12,7 @@
 #include <system_error>
 
 #include "headroom/core/error.hpp"
+#include "headroom/trace/event.hpp"
 
 namespace headroom::trace {
 
@@ -20,9 +22,13 @@ inline void require_writable_directory(std::filesystem::path const& dir) {
   expects(!dir.empty(), "trace: output directory is empty; expected a directory path");
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  expects(!ec && std::filesystem::is_directory(dir), "trace: output directory '", dir.string(),
-          "' cannot be created or is not a directory: ", ec ? ec.message() : std::string("exists as a file"));
-  auto const probe = dir / ".headroom_trace_probe";
+  // Ranks may create the same directory at once: what counts is that it exists afterwards.
+  std::error_code is_dir_ec;
+  expects(std::filesystem::is_directory(dir, is_dir_ec), "trace: output directory '", dir.string(),
+          "' cannot be created or is not a directory: ", ec ? ec.message() : std::string("a file has that name"));
+  // A name of its own per call, so that ranks probing one directory do not meet.
+  auto const probe = dir / (".headroom_trace_probe." + std::to_string(now_ns()) + "." +
+                            std::to_string(reinterpret_cast<std::uintptr_t>(&ec)));
   {
     std::ofstream f(probe, std::ios::binary | std::ios::trunc);
     expects(f.good(), "trace: output directory '", dir.string(), "' is not writable: ", std::strerror(errno));

@@ -29,6 +29,7 @@
 #include "headroom/trace/recorder.hpp"
 #include "headroom/trace/snapshot.hpp"
 #include "headroom/trace/svg.hpp"
+#include "headroom/trace/timeline.hpp"
 
 namespace headroom::trace {
 
@@ -57,6 +58,7 @@ struct step_snapshot {
   std::filesystem::path svg;        ///< empty unless write_svg
   std::size_t events = 0;           ///< events in the trace (segment events added included)
   std::uint64_t dropped = 0;        ///< older events lost to the ring; raise max_entries to keep them
+  std::uint64_t peak_active_bytes = 0;  ///< most bytes held by live blocks during the step
   std::uint64_t active_bytes = 0;   ///< held by live blocks at the end of the step
   std::uint64_t reserved_bytes = 0; ///< in live segments at the end of the step
 };
@@ -136,7 +138,8 @@ class profiler {
     snapshot const s = take_snapshot(recorder_);
     snapshot_labels labels{{"step", std::to_string(step)}};
     for (auto const& c : config_.coordinates) labels.emplace_back(c.axis, std::to_string(c.index));
-    step_snapshot out{step, snapshot_path(step), {}, s.trace.size(), s.dropped, s.active_bytes(), s.reserved_bytes()};
+    step_snapshot out{step,     snapshot_path(step),          {}, s.trace.size(), s.dropped, make_active_timeline(s).peak,
+                      s.active_bytes(), s.reserved_bytes()};
     write_file_atomically(out.pickle, to_memory_viz(s, labels));
     if (config_.write_svg) {
       out.svg = snapshot_path(step, ".svg");
