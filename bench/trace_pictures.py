@@ -18,6 +18,9 @@ import os
 import pickle
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "trace"))
+import check_snapshot  # noqa: E402  (the viewer's free_requested/free_completed merge)
+
 TABLEAU10 = ["#4e79a7", "#f28e2c", "#e15759", "#76b7b2", "#59a14f",
              "#edc949", "#af7aa1", "#ff9da7", "#9c755f", "#bab0ab"]
 
@@ -33,15 +36,10 @@ def annotate(snap):
     """The viewer's annotate_snapshot: merged frees, categories in order of first appearance."""
     categories, traces = [], []
     for trace in snap["device_traces"]:
-        out = []
-        for e in trace:
-            if e["action"] == "free_completed" and out and out[-1]["action"] == "free_requested" \
-                    and out[-1]["addr"] == e["addr"]:
-                out[-1] = dict(out[-1], action="free")
-                continue
+        out = check_snapshot.merged_trace(trace)
+        for e in out:
             if "category" in e and e["category"] not in categories:
                 categories.append(e["category"])
-            out.append(e)
         traces.append(out)
     if categories and "unknown" not in categories:
         categories.append("unknown")
