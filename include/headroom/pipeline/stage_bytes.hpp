@@ -12,6 +12,7 @@
 //                 owned by the caller, added to the prediction but never allocated by the executor
 #include <cstddef>
 #include <ostream>
+#include <utility>
 #include <vector>
 
 #include "headroom/core/error.hpp"
