@@ -61,15 +61,8 @@ struct placed {
   std::size_t offset;
   placed(std::size_t n, std::size_t off) : buf(n + off), offset(off) {}
   T* data() const { return buf.data() + offset; }
-  void upload(std::vector<T> const& h) {  // see device_vector::upload: ordered before the kernels
-    HEADROOM_CUDA_TRY(cudaMemcpy(data(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-    HEADROOM_CUDA_TRY(cudaDeviceSynchronize());
-  }
-  std::vector<T> download(std::size_t n) const {
-    std::vector<T> h(n);
-    HEADROOM_CUDA_TRY(cudaMemcpy(h.data(), data(), n * sizeof(T), cudaMemcpyDeviceToHost));
-    return h;
-  }
+  void upload(std::vector<T> const& h) { buf.upload(h, offset); }
+  std::vector<T> download(std::size_t n) const { return buf.download(n, offset); }
 };
 
 template <class I>

@@ -12,6 +12,7 @@
 #include <optional>
 #include <vector>
 
+#include "common/device_vector.hpp"
 #include "headroom/cuda/async_resource.hpp"
 #include "headroom/cuda/device.hpp"
 #include "headroom/cuda/event.hpp"
@@ -63,16 +64,14 @@ result forum(Resource& res, cuda::async_resource& pool, mode m) {
   result r;
   std::vector<float> host(n_values);
   for (std::size_t i = 0; i < n_values; ++i) host[i] = input_value(i);
-  float* input = nullptr;
-  HEADROOM_CUDA_TRY(cudaMalloc(&input, n_bytes));
-  HEADROOM_CUDA_TRY(cudaMemcpy(input, host.data(), n_bytes, cudaMemcpyHostToDevice));
+  headroom_test::device_vector<float> const input(host);
   pool.reset_high_water_marks();
   cuda::event first_comm_done;
   {
     std::optional<G> x;
     for (int l = 0; l < layers; ++l) {
       G y(res, compute, n_bytes, alignof(float));
-      copy<<<128, 256, 0, compute.get()>>>(x ? static_cast<float const*>(x->data()) : input,
+      copy<<<128, 256, 0, compute.get()>>>(x ? static_cast<float const*>(x->data()) : input.data(),
                                            static_cast<float*>(y.data()), n_values);
       HEADROOM_CUDA_CHECK_LAST();
       if (m == mode::with_comm) {
@@ -105,7 +104,6 @@ result forum(Resource& res, cuda::async_resource& pool, mode m) {
   }
   float const scale = m == mode::with_comm ? static_cast<float>(1 << layers) : 1.0f;
   for (std::size_t i = 0; i < n_values; ++i) r.wrong += host[i] != input_value(i) * scale;
-  HEADROOM_CUDA_TRY(cudaFree(input));
   return r;
 }
 

@@ -12,6 +12,7 @@
 #include "headroom/lifetime/deferred_reclaimer.hpp"
 #include "headroom/lifetime/guard.hpp"
 #include "headroom/lifetime/manual.hpp"
+#include "unordered.hpp"
 
 using namespace headroom;
 using namespace headroom::lifetime;
@@ -47,16 +48,7 @@ void fill(void* p, std::int32_t value) {
   std::fill(q, q + n_values, value);
 }
 
-// A policy that frees without ordering: what a missing wait looks like. The tests use it to
-// show that the race scenario below really detects a premature free.
-struct unordered {
-  static constexpr std::string_view name = "unordered";
-  template <class R, class S, class E>
-  static void release(R& r, S const& owner, block b, std::vector<stream_use<S, E>>& uses) {
-    r.deallocate(owner, b.pointer, b.bytes, b.alignment);
-    uses.clear();
-  }
-};
+using lifetime_test::unordered;
 static_assert(release_policy_for<unordered, manual::resource, mstream, mevent>);
 
 // The race scenario on the manual substrate: a producer on `compute` fills the block, a reader
@@ -68,6 +60,19 @@ struct race_result {
   std::size_t host_waits = 0;
   bool overwrite_ran_before_reader = false;
 };
+
+// Takes the released block `p` again on `owner` and overwrites it there. The reader of the old
+// contents, queued before the release, must still see `expected`: the overwrite waits for it.
+void overwrite_after_reader(manual::timeline& t, manual::resource& pool, mstream owner, void* p,
+                            std::vector<std::int32_t> const& seen, std::vector<std::int32_t> const& expected) {
+  auto next = make_guard(pool, owner, n_bytes, alignof(std::int32_t));
+  CHECK(next.data() == p);
+  t.submit(owner, [q = next.data()] { fill(q, -1); });
+  t.run(owner);  // held by the wait for the reader
+  CHECK(seen.empty());
+  t.run_all();
+  CHECK(seen == expected);
+}
 
 template <class Guard, class Resource>
 race_result race(manual::timeline& t, Resource& res, mstream compute, mstream comm, std::uint32_t seed) {
@@ -349,13 +354,7 @@ TEST_CASE("set_owner moves the free to another stream and still waits for the ol
   CHECK(g.owner() == b);
   CHECK(g.use_count() == 1);
   g.release();
-  auto next = make_guard(pool, b, n_bytes, alignof(std::int32_t));
-  CHECK(next.data() == p);
-  t.submit(b, [q = next.data()] { fill(q, -1); });
-  t.run(b);  // held by the wait on a
-  CHECK(seen.empty());
-  t.run_all();
-  CHECK(seen == expected);
+  overwrite_after_reader(t, pool, b, p, seen, expected);  // held by the wait on a
 }
 
 TEST_CASE("move construction and assignment transfer ownership; assignment releases the target's block") {
@@ -447,13 +446,7 @@ TEST_CASE("a use stream may be destroyed after use_on: the guard keeps only the 
   g.use_on(comm);
   t.destroy(comm);  // queued work still completes, as with cudaStreamDestroy
   g.release();
-  auto next = make_guard(pool, compute, n_bytes, alignof(std::int32_t));
-  CHECK(next.data() == p);
-  t.submit(compute, [q = next.data()] { fill(q, 0); });
-  t.run(compute);
-  CHECK(seen.empty());
-  t.run_all();
-  CHECK(seen == expected);
+  overwrite_after_reader(t, pool, compute, p, seen, expected);
 }
 
 TEST_CASE("an owner stream gone before release: release throws and keeps the block; set_owner recovers") {

@@ -15,6 +15,7 @@
 #include "headroom/lifetime/deferred_reclaimer.hpp"
 #include "headroom/lifetime/guard.hpp"
 #include "headroom/lifetime/manual.hpp"
+#include "unordered.hpp"
 
 using namespace headroom;
 using namespace headroom::lifetime;
@@ -25,14 +26,7 @@ using mstream = manual::stream;
 using mevent = manual::event;
 using reclaimer = deferred_reclaimer<manual::resource, mstream, mevent>;
 
-struct unordered {
-  static constexpr std::string_view name = "unordered";
-  template <class R, class S, class E>
-  static void release(R& r, S const& owner, block b, std::vector<stream_use<S, E>>& uses) {
-    r.deallocate(owner, b.pointer, b.bytes, b.alignment);
-    uses.clear();
-  }
-};
+using lifetime_test::unordered;
 
 // The guard type of each policy: deferred releases into a quarantine, the others into the pool.
 template <class Policy>

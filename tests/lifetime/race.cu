@@ -21,11 +21,13 @@
 #include <random>
 #include <vector>
 
+#include "common/device_vector.hpp"
 #include "headroom/cuda/async_resource.hpp"
 #include "headroom/cuda/device.hpp"
 #include "headroom/cuda/event.hpp"
 #include "headroom/cuda/stream.hpp"
 #include "headroom/lifetime/cuda/guard.hpp"
+#include "unordered.hpp"
 
 using namespace headroom;
 using namespace headroom::lifetime;
@@ -67,15 +69,7 @@ std::vector<std::int32_t> random_values(std::uint32_t seed) {
 
 void require_gpu() { REQUIRE_MESSAGE(cuda::device_count() >= 1, "test_lifetime_race needs a CUDA device"); }
 
-// A free without the wait: the control that shows the scenario catches a premature free.
-struct unordered {
-  static constexpr std::string_view name = "unordered";
-  template <class R, class S, class E>
-  static void release(R& r, S const& owner, block b, std::vector<stream_use<S, E>>& uses) {
-    r.deallocate(owner, b.pointer, b.bytes, b.alignment);
-    uses.clear();
-  }
-};
+using lifetime_test::unordered;
 
 struct outcome {
   bool overlapping = false;  // the reader was still running when the host released the guard
@@ -91,10 +85,8 @@ template <class G, class Resource>
 outcome run_scenario(Resource& res, cuda::stream_view compute, cuda::stream_view comm, std::uint32_t seed) {
   auto const expected = random_values(seed);
   outcome out;
-  std::int32_t* seen = nullptr;  // outside the pool, so it never aliases the guarded block
-  HEADROOM_CUDA_TRY(cudaMalloc(&seen, n_bytes));
-  std::vector<std::int32_t> poisoned(n_values, poison);
-  HEADROOM_CUDA_TRY(cudaMemcpy(seen, poisoned.data(), n_bytes, cudaMemcpyHostToDevice));
+  // Outside the pool, so it never aliases the guarded block.
+  headroom_test::device_vector<std::int32_t> seen(std::vector<std::int32_t>(n_values, poison));
   {
     G g(res, compute, n_bytes, alignof(std::int32_t));
     auto* data = static_cast<std::int32_t*>(g.data());
@@ -102,7 +94,7 @@ outcome run_scenario(Resource& res, cuda::stream_view compute, cuda::stream_view
     cuda::event produced;
     produced.record(compute);
     produced.wait_on(comm);
-    delayed_copy<<<132, 256, 0, comm.get()>>>(data, seen, n_values, reader_delay_ns);
+    delayed_copy<<<132, 256, 0, comm.get()>>>(data, seen.data(), n_values, reader_delay_ns);
     HEADROOM_CUDA_CHECK_LAST();
     g.use_on(comm);
     out.overlapping = !comm.ready();
@@ -117,9 +109,7 @@ outcome run_scenario(Resource& res, cuda::stream_view compute, cuda::stream_view
     compute.synchronize();
     comm.synchronize();
   }
-  std::vector<std::int32_t> got(n_values);
-  HEADROOM_CUDA_TRY(cudaMemcpy(got.data(), seen, n_bytes, cudaMemcpyDeviceToHost));
-  HEADROOM_CUDA_TRY(cudaFree(seen));
+  auto const got = seen.download();
   for (std::size_t i = 0; i < n_values; ++i) {
     out.mismatches += got[i] != expected[i];
     out.overwritten += got[i] == poison;
@@ -203,9 +193,7 @@ TEST_CASE("a use stream destroyed right after use_on still orders the release") 
   cuda::async_resource pool(0);
   cuda::stream compute;
   auto const expected = random_values(16);
-  std::int32_t* seen = nullptr;
-  HEADROOM_CUDA_TRY(cudaMalloc(&seen, n_bytes));
-  HEADROOM_CUDA_TRY(cudaMemset(seen, 0, n_bytes));
+  headroom_test::device_vector<std::int32_t> seen(n_values, 0);
   {
     device_guard<> g(pool, compute, n_bytes, alignof(std::int32_t));
     auto* data = static_cast<std::int32_t*>(g.data());
@@ -215,7 +203,7 @@ TEST_CASE("a use stream destroyed right after use_on still orders the release") 
       cuda::event produced;
       produced.record(compute);
       produced.wait_on(comm);
-      delayed_copy<<<132, 256, 0, comm.get()>>>(data, seen, n_values, reader_delay_ns / 2);
+      delayed_copy<<<132, 256, 0, comm.get()>>>(data, seen.data(), n_values, reader_delay_ns / 2);
       HEADROOM_CUDA_CHECK_LAST();
       g.use_on(comm);
     }  // cudaStreamDestroy: the reader keeps running; the guard holds only its event
@@ -226,10 +214,7 @@ TEST_CASE("a use stream destroyed right after use_on still orders the release") 
     HEADROOM_CUDA_CHECK_LAST();
     HEADROOM_CUDA_TRY(cudaDeviceSynchronize());
   }
-  std::vector<std::int32_t> got(n_values);
-  HEADROOM_CUDA_TRY(cudaMemcpy(got.data(), seen, n_bytes, cudaMemcpyDeviceToHost));
-  HEADROOM_CUDA_TRY(cudaFree(seen));
-  CHECK(got == expected);
+  CHECK(seen.download() == expected);
 }
 
 TEST_CASE("set_owner before destroying the owner stream: the release is ordered after both streams") {
@@ -238,8 +223,7 @@ TEST_CASE("set_owner before destroying the owner stream: the release is ordered 
   cuda::async_resource pool(0);
   cuda::stream keeper;
   auto const expected = random_values(17);
-  std::int32_t* seen = nullptr;
-  HEADROOM_CUDA_TRY(cudaMalloc(&seen, n_bytes));
+  headroom_test::device_vector<std::int32_t> seen(n_values);
   void* block_address = nullptr;
   {
     std::optional<device_guard<>> g;
@@ -249,7 +233,7 @@ TEST_CASE("set_owner before destroying the owner stream: the release is ordered 
       block_address = g->data();
       HEADROOM_CUDA_TRY(
           cudaMemcpyAsync(g->data(), expected.data(), n_bytes, cudaMemcpyHostToDevice, short_lived.get()));
-      delayed_copy<<<132, 256, 0, short_lived.get()>>>(static_cast<std::int32_t const*>(g->data()), seen, n_values,
+      delayed_copy<<<132, 256, 0, short_lived.get()>>>(static_cast<std::int32_t const*>(g->data()), seen.data(), n_values,
                                                        reader_delay_ns / 2);
       HEADROOM_CUDA_CHECK_LAST();
       g->set_owner(keeper);  // the free moves to `keeper`, after short_lived's reader
@@ -262,8 +246,5 @@ TEST_CASE("set_owner before destroying the owner stream: the release is ordered 
     HEADROOM_CUDA_CHECK_LAST();
     HEADROOM_CUDA_TRY(cudaDeviceSynchronize());
   }
-  std::vector<std::int32_t> got(n_values);
-  HEADROOM_CUDA_TRY(cudaMemcpy(got.data(), seen, n_bytes, cudaMemcpyDeviceToHost));
-  HEADROOM_CUDA_TRY(cudaFree(seen));
-  CHECK(got == expected);
+  CHECK(seen.download() == expected);
 }

@@ -20,6 +20,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/stream_buffer.hpp"
 #include "headroom/core/communicator.hpp"
 #include "headroom/cuda/async_resource.hpp"
 #include "headroom/cuda/check.hpp"
@@ -32,6 +33,7 @@ namespace nccl_test {
 namespace cu = headroom::cuda;
 namespace nc = headroom::nccl;
 using headroom::reduce_op;
+using headroom_test::stream_buffer;
 
 template <class T>
 T from_int(int v) {
@@ -91,37 +93,6 @@ inline std::vector<int> reduced(int nranks, std::size_t n, std::uint64_t seed, i
   return acc;
 }
 
-/// Device memory from an async_resource, freed in stream order.
-template <class T>
-class device_buffer {
- public:
-  device_buffer(cu::async_resource& mr, cu::stream_view s, std::size_t n)
-      : mr_(&mr), s_(s), n_(n), p_(static_cast<T*>(mr.allocate(s, bytes()))) {}
-  device_buffer(device_buffer const&) = delete;
-  device_buffer& operator=(device_buffer const&) = delete;
-  ~device_buffer() { mr_->deallocate(s_, p_, bytes()); }
-
-  [[nodiscard]] std::span<T> span() const { return {p_, n_}; }
-  [[nodiscard]] T* data() const { return p_; }
-  void upload(std::vector<T> const& host) {
-    if (n_ > 0) HEADROOM_CUDA_TRY(cudaMemcpyAsync(p_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice, s_.get()));
-  }
-  void fill_byte(int value) { HEADROOM_CUDA_TRY(cudaMemsetAsync(p_, value, bytes(), s_.get())); }
-  [[nodiscard]] std::vector<T> download() const {
-    std::vector<T> host(n_);
-    if (n_ > 0) HEADROOM_CUDA_TRY(cudaMemcpyAsync(host.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost, s_.get()));
-    s_.synchronize();
-    return host;
-  }
-
- private:
-  [[nodiscard]] std::size_t bytes() const { return std::max<std::size_t>(n_, 1) * sizeof(T); }  // never null
-  cu::async_resource* mr_;
-  cu::stream_view s_;
-  std::size_t n_;
-  T* p_;
-};
-
 /// CHECKs got[i] == expect[i] for all i; reports the count and the first mismatch.
 template <class T>
 void expect_equal(std::vector<T> const& got, std::vector<int> const& expect, std::string const& what) {
@@ -155,8 +126,8 @@ void check_all_collectives(nc::communicator& c, cu::stream_view s, cu::async_res
       std::uint64_t const k = seed + count * 31 + static_cast<std::uint64_t>(op);
       auto const expect = reduced(n, count, k, range, op);
       // all_reduce, out of place
-      device_buffer<T> in(mr, s, count);
-      device_buffer<T> out(mr, s, count);
+      stream_buffer<T> in(mr, s, count);
+      stream_buffer<T> out(mr, s, count);
       in.upload(convert<T>(rank_ints(me, count, k, range)));
       out.fill_byte(0xff);
       c.all_reduce(in.span(), out.span(), op, s);
@@ -169,8 +140,8 @@ void check_all_collectives(nc::communicator& c, cu::stream_view s, cu::async_res
       auto const rs_expect_all = reduced(n, count * un, k + 7, range, op);
       std::vector<int> const rs_expect(rs_expect_all.begin() + static_cast<std::ptrdiff_t>(count * ume),
                                        rs_expect_all.begin() + static_cast<std::ptrdiff_t>(count * (ume + 1)));
-      device_buffer<T> rs_in(mr, s, count * un);
-      device_buffer<T> rs_out(mr, s, count);
+      stream_buffer<T> rs_in(mr, s, count * un);
+      stream_buffer<T> rs_out(mr, s, count);
       rs_in.upload(convert<T>(rank_ints(me, count * un, k + 7, range)));
       c.reduce_scatter(rs_in.span(), rs_out.span(), op, s);
       expect_equal(rs_out.download(), rs_expect, at + " reduce_scatter " + op_name(op));
@@ -189,12 +160,12 @@ void check_all_collectives(nc::communicator& c, cu::stream_view s, cu::async_res
       auto const v = rank_ints(r, count, g, range);
       gather_expect.insert(gather_expect.end(), v.begin(), v.end());
     }
-    device_buffer<T> mine(mr, s, count);
-    device_buffer<T> all(mr, s, count * un);
+    stream_buffer<T> mine(mr, s, count);
+    stream_buffer<T> all(mr, s, count * un);
     mine.upload(convert<T>(rank_ints(me, count, g, range)));
     c.all_gather(mine.span(), all.span(), s);
     expect_equal(all.download(), gather_expect, at + " all_gather");
-    device_buffer<T> all_in_place(mr, s, count * un);
+    stream_buffer<T> all_in_place(mr, s, count * un);
     all_in_place.fill_byte(0);
     HEADROOM_CUDA_TRY(cudaMemcpyAsync(all_in_place.data() + count * ume, mine.data(), count * sizeof(T),
                                       cudaMemcpyDeviceToDevice, s.get()));
@@ -204,7 +175,7 @@ void check_all_collectives(nc::communicator& c, cu::stream_view s, cu::async_res
     // broadcast from every root
     for (int root = 0; root < n; ++root) {
       std::uint64_t const b = seed + count * 13 + static_cast<std::uint64_t>(root);
-      device_buffer<T> buf(mr, s, count);
+      stream_buffer<T> buf(mr, s, count);
       buf.upload(convert<T>(rank_ints(me, count, b, range)));
       c.broadcast(buf.span(), root, s);
       expect_equal(buf.download(), rank_ints(root, count, b, range), at + " broadcast root " + std::to_string(root));
@@ -214,8 +185,8 @@ void check_all_collectives(nc::communicator& c, cu::stream_view s, cu::async_res
     int const next = (me + 1) % n;
     int const prev = (me + n - 1) % n;
     std::uint64_t const p2p = seed + count * 19 + 11;
-    device_buffer<T> to_send(mr, s, count);
-    device_buffer<T> got(mr, s, count);
+    stream_buffer<T> to_send(mr, s, count);
+    stream_buffer<T> got(mr, s, count);
     to_send.upload(convert<T>(rank_ints(me, count, p2p, range)));
     {
       nc::group grp;

@@ -26,7 +26,7 @@
 namespace cu = headroom::cuda;
 namespace nc = headroom::nccl;
 using headroom::reduce_op;
-using nccl_test::device_buffer;
+using nccl_test::stream_buffer;
 
 static_assert(headroom::communicator<nc::communicator>);
 
@@ -85,8 +85,8 @@ TEST_CASE("float and double sums of non-integer values: exact for two ranks, ide
     auto const mine = draw(c.rank());
     auto const a = draw(0);
     auto const b = draw(1);
-    device_buffer<double> in(mr, s, n);
-    device_buffer<double> out(mr, s, n);
+    stream_buffer<double> in(mr, s, n);
+    stream_buffer<double> out(mr, s, n);
     in.upload(mine);
     c.all_reduce(in.span(), out.span(), reduce_op::sum, s);
     auto const got = out.download();
@@ -100,7 +100,7 @@ TEST_CASE("float and double sums of non-integer values: exact for two ranks, ide
       fa[i] = static_cast<float>(a[i]);
       fb[i] = static_cast<float>(b[i]);
     }
-    device_buffer<float> fin(mr, s, n);
+    stream_buffer<float> fin(mr, s, n);
     fin.upload(fmine);
     c.all_reduce(fin.span(), fin.span(), reduce_op::sum, s);
     auto const fgot = fin.download();
@@ -115,8 +115,8 @@ TEST_CASE("zero-element collectives are accepted and complete") {
   nc::launch_per_device(devices, [&](nc::communicator& c) {
     cu::stream s;
     cu::async_resource mr(c.device());
-    device_buffer<float> a(mr, s, 0);
-    device_buffer<float> b(mr, s, 0);
+    stream_buffer<float> a(mr, s, 0);
+    stream_buffer<float> b(mr, s, 0);
     c.all_reduce(a.span(), b.span(), reduce_op::sum, s);
     c.all_gather(a.span(), b.span(), s);
     c.reduce_scatter(a.span(), b.span(), reduce_op::max, s);
@@ -132,9 +132,9 @@ TEST_CASE("bad arguments throw invalid_argument naming the values, before any NC
   nc::launch_per_device(devices, [&](nc::communicator& c) {
     cu::stream s;
     cu::async_resource mr(c.device());
-    device_buffer<float> ten(mr, s, 10);
-    device_buffer<float> nine(mr, s, 9);
-    device_buffer<float> twenty_one(mr, s, 21);
+    stream_buffer<float> ten(mr, s, 10);
+    stream_buffer<float> nine(mr, s, 9);
+    stream_buffer<float> twenty_one(mr, s, 21);
     if (c.rank() == 0) {
       // Only rank 0 makes these calls. Had any reached NCCL, rank 0's next collective would pair
       // with the wrong call of rank 1 and the check at the end would fail (or hang).
@@ -177,7 +177,7 @@ TEST_CASE("bad arguments throw invalid_argument naming the values, before any NC
       CHECK_THROWS_AS(static_cast<void>(c.register_buffer(nullptr, 16)), headroom::invalid_argument);
     }
     // Both ranks: one correct collective; its result proves the group is still in step.
-    device_buffer<std::int32_t> one(mr, s, 1);
+    stream_buffer<std::int32_t> one(mr, s, 1);
     one.upload({c.rank() + 1});
     c.all_reduce(one.span(), one.span(), reduce_op::sum, s);
     CHECK(one.download()[0] == 3);
@@ -310,7 +310,7 @@ TEST_CASE("split: by rank (two singletons), by key (order reversed), no_color; v
     CHECK(solo.size() == 1);
     CHECK(solo.rank() == 0);
     CHECK(solo.device() == c.device());
-    device_buffer<double> x(mr, s, 3);
+    stream_buffer<double> x(mr, s, 3);
     x.upload({1.5 * c.rank(), 2.0, -1.0});
     solo.all_reduce(x.span(), x.span(), reduce_op::sum, s);  // a group of one: the identity
     auto const xs = x.download();
@@ -321,8 +321,8 @@ TEST_CASE("split: by rank (two singletons), by key (order reversed), no_color; v
     REQUIRE(swapped.valid());
     CHECK(swapped.size() == 2);
     CHECK(swapped.rank() == 1 - c.rank());
-    device_buffer<std::int32_t> me(mr, s, 1);
-    device_buffer<std::int32_t> all(mr, s, 2);
+    stream_buffer<std::int32_t> me(mr, s, 1);
+    stream_buffer<std::int32_t> all(mr, s, 2);
     me.upload({c.rank()});
     swapped.all_gather(me.span(), all.span(), s);
     auto const order = all.download();

@@ -97,8 +97,8 @@ TEST_CASE("split across processes: reversed order") {
   cu::async_resource mr(c.device());
   nc::communicator swapped = c.split(0, -c.rank());
   CHECK(swapped.rank() == 1 - c.rank());
-  nccl_test::device_buffer<std::int64_t> me(mr, s, 1);
-  nccl_test::device_buffer<std::int64_t> all(mr, s, 2);
+  nccl_test::stream_buffer<std::int64_t> me(mr, s, 1);
+  nccl_test::stream_buffer<std::int64_t> all(mr, s, 2);
   me.upload({100 + c.rank()});
   swapped.all_gather(me.span(), all.span(), s);
   CHECK(all.download() == std::vector<std::int64_t>{101, 100});
