@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""PyTorch peer of bench_pipeline_retention: the same toy LM on 2 GPUs with
+torch.distributed.pipelining Schedule1F1B, step(..., return_outputs=True) (PyTorch's default:
+the last stage keeps every micro-batch's logits and merges them) and return_outputs=False
+(torchtitan's call since pytorch#165822), for m in {2, 4, 8, 16} at a fixed global batch.
+
+Model (the same shapes as the C++ bench): bf16, hidden 4096, stage 0 = 2 x (Linear 4096x4096,
+no bias, ReLU), stage 1 = 1 x (Linear, ReLU) + LM head Linear(4096, 131072, no bias), loss
+cross_entropy(mean) on the head's bf16 logits [micro-batch tokens x 131072]. Global batch 16384
+tokens, so a micro-batch has 16384 / m tokens.
+
+Per row and stage: torch.cuda.max_memory_allocated() over one step (after reset_peak_memory_stats;
+the warm-up step has allocated the gradients, as in the C++ bench) and the median step time
+(host wall clock between barriers, after synchronize).
+
+The script spawns its 2 ranks itself (torch.multiprocessing, NCCL, NCCL_NVLS_ENABLE=0). If
+PyTorch, the GPUs or the pipelining API are not what it expects (no return_outputs keyword,
+fewer than 2 GPUs, a constructor that changed), it prints why and "skipped" rows and exits 0, so
+a GPU check run is never broken by a peer that cannot run.
+
+    python3 bench/pipeline_retention_torch.py [--tokens 16384] [--steps 3] [--microbatches 2,4,8,16]
+
+Output: a table, then one JSON line.
+"""
+import argparse
+import inspect
+import json
+import os
+import queue
+import socket
+import statistics
+import sys
+import time
+import traceback
+
+HIDDEN = 4096
+VOCAB = 131072
+STAGE0_LAYERS = 2
+STAGE1_LAYERS = 1
+DEADLINE_S = 240  # the whole run; gpu-check's per-program limit is 300 s
+
+
+def emit_skipped(reason, args):
+    print(f"pipeline_retention_torch: skipped: {reason}")
+    rows = [{"policy": f"torch_return_outputs_{flag}", "m": m, "status": "skipped"}
+            for flag in (True, False) for m in args.microbatches]
+    print(json.dumps({"bench": "pipeline_retention_torch", "status": "skipped", "reason": reason, "rows": rows}))
+    return 0
+
+
+def worker(rank, world, args, port, results):
+    """One pipeline stage. Puts ('ok', rank, rows) or ('error', rank, text) on `results`."""
+    try:
+        import datetime
+
+        import torch
+        import torch.distributed as dist
+        import torch.nn.functional as F
+        from torch import nn
+        from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+
+        torch.cuda.set_device(rank)
+        device = torch.device("cuda", rank)
+        dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=120))
+
+        class Block(nn.Module):
+            def __init__(self, layers, head):
+                super().__init__()
+                self.layers = nn.ModuleList(nn.Linear(HIDDEN, HIDDEN, bias=False) for _ in range(layers))
+                self.head = nn.Linear(HIDDEN, VOCAB, bias=False) if head else None
+
+            def forward(self, x):
+                for layer in self.layers:
+                    x = F.relu(layer(x))
+                return self.head(x) if self.head is not None else x
+
+        torch.manual_seed(1234 + rank)
+        last = rank == world - 1
+        module = Block(STAGE1_LAYERS if last else STAGE0_LAYERS, last).to(device=device, dtype=torch.bfloat16)
+        for p in module.parameters():
+            nn.init.normal_(p, std=0.02)
+
+        def loss_fn(logits, target):
+            return F.cross_entropy(logits, target)
+
+        step_params = inspect.signature(Schedule1F1B.step).parameters
+        if "return_outputs" not in step_params:
+            raise RuntimeError(f"Schedule1F1B.step has no return_outputs keyword (parameters: {list(step_params)}); "
+                               f"torch {torch.__version__}")
+
+        tokens = args.tokens
+        gen = torch.Generator(device=device).manual_seed(99)
+        x = torch.randn(tokens, HIDDEN, device=device, dtype=torch.bfloat16, generator=gen) if rank == 0 else None
+        target = torch.randint(0, VOCAB, (tokens,), device=device, generator=gen) if last else None
+
+        rows = []
+        for return_outputs in (True, False):
+            for m in args.microbatches:
+                stage = PipelineStage(module, rank, world, device)
+                schedule = Schedule1F1B(stage, m, loss_fn=loss_fn)
+                times, peaks = [], []
+                for step in range(args.steps + 1):  # step 0 warms up (shape inference, grads, cuBLAS)
+                    torch.cuda.synchronize()
+                    dist.barrier()
+                    torch.cuda.reset_peak_memory_stats(device)
+                    t0 = time.perf_counter()
+                    if rank == 0:
+                        out = schedule.step(x, return_outputs=return_outputs)
+                    else:
+                        losses = []
+                        out = schedule.step(target=target, losses=losses, return_outputs=return_outputs)
+                    torch.cuda.synchronize()
+                    dt = time.perf_counter() - t0
+                    peak = torch.cuda.max_memory_allocated(device)
+                    del out
+                    if step > 0:
+                        times.append(dt)
+                        peaks.append(peak)
+                rows.append({"policy": f"torch_return_outputs_{return_outputs}", "m": m, "stage": rank,
+                             "peak_bytes": max(peaks), "step_ms": 1e3 * statistics.median(times)})
+                del schedule, stage
+                module.zero_grad(set_to_none=False)
+        dist.barrier()
+        dist.destroy_process_group()
+        results.put(("ok", rank, rows, torch.__version__, torch.cuda.get_device_name(device)))
+    except BaseException as e:  # noqa: BLE001 - report anything, the parent decides
+        results.put(("error", rank, f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=4)}"))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=16384, help="global batch in tokens (fixed over m)")
+    parser.add_argument("--steps", type=int, default=3, help="timed steps per row (after one warm-up step)")
+    parser.add_argument("--microbatches", type=lambda s: [int(v) for v in s.split(",")], default=[2, 4, 8, 16])
+    args = parser.parse_args()
+    if args.steps < 1 or any(m < 1 or args.tokens % m != 0 for m in args.microbatches):
+        parser.error(f"--steps must be >= 1 and every m must divide --tokens {args.tokens}; "
+                     f"got steps {args.steps}, m {args.microbatches}")
+    try:
+        import torch
+        import torch.multiprocessing as mp
+        import torch.distributed.pipelining  # noqa: F401
+    except Exception as e:  # noqa: BLE001
+        return emit_skipped(f"cannot import torch.distributed.pipelining ({type(e).__name__}: {e})", args)
+    if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
+        found = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        return emit_skipped(f"needs 2 GPUs, found {found}", args)
+
+    os.environ["NCCL_NVLS_ENABLE"] = "0"
+    os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    procs = [ctx.Process(target=worker, args=(r, 2, args, port, results), daemon=True) for r in range(2)]
+    for p in procs:
+        p.start()
+    got, errors = {}, []
+    deadline = time.monotonic() + DEADLINE_S
+    while len(got) + len(errors) < 2 and time.monotonic() < deadline:
+        try:
+            item = results.get(timeout=1.0)
+        except queue.Empty:
+            if all(not p.is_alive() for p in procs) and results.empty():
+                break
+            continue
+        if item[0] == "ok":
+            got[item[1]] = item
+        else:
+            errors.append(f"rank {item[1]}: {item[2]}")
+            break  # the other rank may be stuck in NCCL waiting for this one
+    for p in procs:
+        p.join(timeout=5)
+        if p.is_alive():
+            p.kill()
+    if errors or len(got) < 2:
+        reason = errors[0] if errors else f"ranks {sorted(set(range(2)) - set(got))} did not finish in {DEADLINE_S} s"
+        return emit_skipped(reason.strip().replace("\n", " | "), args)
+
+    version, device = got[0][3], got[0][4]
+    rows = sorted(got[0][2] + got[1][2], key=lambda r: (r["policy"], r["m"], r["stage"]))
+    print(f"PyTorch {version} Schedule1F1B, toy LM (hidden {HIDDEN}, vocab {VOCAB}, bf16), 2 x {device}, "
+          f"global batch {args.tokens} tokens; peak = max_memory_allocated per stage over one step")
+    print(f"{'policy':<28} {'m':>3} {'stage':>5} {'peak GiB':>9} {'step ms':>8}")
+    for r in rows:
+        print(f"{r['policy']:<28} {r['m']:>3} {r['stage']:>5} {r['peak_bytes'] / 2**30:>9.3f} {r['step_ms']:>8.1f}")
+    print(json.dumps({"bench": "pipeline_retention_torch", "status": "ok", "torch": version, "device": device,
+                      "gpus": 2, "tokens": args.tokens, "hidden": HIDDEN, "vocab": VOCAB, "rows": rows}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+#pragma once
+// The pipeline executor on GPUs: the generic executor (pipeline/executor.hpp) instantiated for
+// CUDA streams and events, so that what it allocates comes from a stream-ordered device resource
+// and what it sends is released without the host waiting.
+//
+//   cuda::async_resource memory(comm.device());
+//   cuda::stream compute, transfer;                                      // on comm.device()
+//   pipeline::cuda::device_executor<nccl::communicator> exec(comm, memory, sched, bytes, compute, transfer);
+//   auto result = exec.step(my_stage, pipeline::retention::none{});     // returns without a sync
+//
+// What the GPU path adds to the generic one is only the pairing of types; the behaviour it relies
+// on is the guard's stream_ordered policy (lifetime/policy.hpp):
+//   - a sent output (or input gradient) is a lifetime::guard whose block was used on the transfer
+//     stream; releasing it right after the send records an event on the transfer stream, makes the
+//     compute stream wait for it on the device and frees the block on the compute stream
+//     (cudaFreeAsync for async_resource). The host never blocks; the next allocation ordered on
+//     the compute stream may reuse the bytes (Megatron's deallocate_output_tensor, without
+//     replacing tensor storage by hand);
+//   - with one stream for both (the default constructor argument pair), no event is needed at all:
+//     the free is ordered after the send on the same stream;
+//   - NCCL send/recv block on the device until the peer posts its half; the schedules are lowered
+//     so that every rank's list is a projection of one global order (validate() proves it), so one
+//     host thread per GPU, or one process per GPU, issues them without deadlock.
+#include <concepts>
+
+#include "headroom/cuda/async_resource.hpp"
+#include "headroom/cuda/event.hpp"
+#include "headroom/cuda/stream.hpp"
+#include "headroom/lifetime/cuda/guard.hpp"  // event_type_for<cuda::stream_view>
+#include "headroom/pipeline/executor.hpp"
+
+namespace headroom::pipeline::cuda {
+
+/// A communicator whose transfers are ordered on CUDA streams (nccl::communicator).
+template <class C>
+concept device_transport = byte_transport<C> && std::same_as<typename C::stream_type, headroom::cuda::stream_view>;
+
+/// The executor over device memory from `Resource` (cuda::async_resource by default, or any
+/// stream_resource on cuda::stream_view, e.g. a stats or trace adaptor), CUDA events for the
+/// stream-ordered releases.
+template <device_transport Comm, class Resource = headroom::cuda::async_resource>
+  requires stream_resource<Resource, headroom::cuda::stream_view>
+using device_executor = executor<Comm, Resource, headroom::cuda::stream_view, headroom::cuda::event>;
+
+/// The buffers a device_executor hands to callbacks and keeps under retention::all.
+template <device_transport Comm, class Resource = headroom::cuda::async_resource>
+using device_buffer = typename device_executor<Comm, Resource>::buffer;
+
+static_assert(std::same_as<lifetime::event_type_for_t<headroom::cuda::stream_view>, headroom::cuda::event>);
+
+}  // namespace headroom::pipeline::cuda
