@@ -7,6 +7,7 @@
 // of different sizes per stage (so an input mistaken for an output shows), and the callbacks
 // check the spans they get.
 #include <cstddef>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -145,3 +146,28 @@ TEST_CASE("model == measured: gpipe") { check_grid<hp::gpipe>({1, 2, 4}); }
 TEST_CASE("model == measured: 1f1b") { check_grid<hp::one_f_one_b>({1}); }
 TEST_CASE("model == measured: interleaved_1f1b") { check_grid<hp::interleaved_1f1b>({1, 2, 4}); }
 TEST_CASE("model == measured: zb_h1") { check_grid<hp::zb_h1>({1}); }
+
+TEST_CASE("the model on 1F1B, p = 2, m = 2, by hand") {
+  // activations 100, hidden output 10, logits 1000 on the last stage, parameters 7 and 9.
+  hp::model_bytes const bytes({{.activations = 100, .output = 10, .parameters = 7}, {.activations = 100, .output = 1000, .parameters = 9}});
+  auto const s = hp::make_schedule<hp::one_f_one_b>({.stages = 2, .microbatches = 2});
+  // rank 0: F0 +110 | send -10 | F1 +110 (peak 210) | recv B0 +10 | B0 -110 | recv B1 +10 | B1 -110
+  // rank 1: recv F0 +10 | F0 +1100 (peak 1110 with the logits) | ... the logits go right after the loss
+  auto const none = hp::predict_memory(s, bytes, hp::retention::none{});
+  CHECK(none.rank(0).peak == 210);
+  CHECK(none.rank(0).total() == 217);
+  CHECK(none.rank(1).peak == 1110);
+  CHECK(none.rank(1).held_at_end == 0);
+  // Kept logits: recv F1 (1120), B0 allocates the input gradient (1130), F1 adds 1100 (2110 + the
+  // kept 0), B1's input gradient on top of both logits: 2120; 2000 still held at the end.
+  auto const all = hp::predict_memory(s, bytes, hp::retention::all{});
+  CHECK(all.rank(1).peak == 2120);
+  CHECK(all.rank(1).held_at_end == 2000);
+  CHECK(all.rank(0) == none.rank(0));
+  CHECK(all.max_rank().rank == 1);
+  std::ostringstream os;
+  os << all;
+  CHECK(os.str() == "memory plan 1f1b (p=2 m=2 v=1, retention all)\n"
+                    "  rank 0: peak 210 B at action 2, held at end 0 B, parameters 7 B, total 217 B\n"
+                    "  rank 1: peak 2.07 KiB at action 6, held at end 1.95 KiB, parameters 9 B, total 2.08 KiB\n");
+}
