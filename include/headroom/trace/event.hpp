@@ -25,11 +25,15 @@ enum class action : std::uint8_t { alloc, free_requested, free_completed, segmen
 }
 
 /// What a block is for, shown as the colour of the Active Memory Timeline. The name must have
-/// static storage duration (a literal): events keep the pointer, never a copy.
+/// static storage duration (a literal): events keep the pointer, never a copy. A default
+/// category is "not given": a free without one takes its block's, and it is written "unknown".
 struct category {
-  char const* name = "unknown";
+  char const* name = nullptr;
+
+  [[nodiscard]] constexpr bool given() const noexcept { return name != nullptr; }
+  [[nodiscard]] constexpr std::string_view view() const noexcept { return name != nullptr ? name : "unknown"; }
   friend constexpr bool operator==(category a, category b) noexcept {
-    return std::string_view(a.name) == std::string_view(b.name);
+    return a.name == b.name || a.view() == b.view();
   }
 };
 

@@ -61,10 +61,12 @@ class live_table {
     return const_cast<live_table*>(this)->find(addr, segment);
   }
 
-  /// Removes (addr, segment); false when it was not live (allocated before tracking, or untracked).
-  bool erase(std::uint64_t addr, bool segment) noexcept {
+  /// Removes (addr, segment), copying it to `*removed` when given; false when it was not live
+  /// (allocated before tracking, or untracked).
+  bool erase(std::uint64_t addr, bool segment, live_entry* removed = nullptr) noexcept {
     live_entry* found = find(addr, segment);
     if (found == nullptr) return false;
+    if (removed != nullptr) *removed = *found;
     std::size_t hole = static_cast<std::size_t>(found - slots_.get());
     // Backward shift: move later entries of the probe run into the hole when their home
     // position allows it, so lookups never need tombstones.

@@ -48,7 +48,7 @@ inline void write_event(pickle_writer& w, event const& e, std::int64_t time_orig
   w.item("time_us", (e.time_ns - time_origin_ns) / 1000);
   w.key("frames");
   write_frames(w, e.where);
-  w.item("category", what.name);
+  w.item("category", what.view());
   w.end_dict();
 }
 

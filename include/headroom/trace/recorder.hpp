@@ -102,16 +102,15 @@ class recorder {
       case action::free_requested:
         if (live_entry* b = live_.find(addr, false)) {
           b->pending_free = true;
-          if (c == categories::unknown) e.what = b->what;
+          if (!c.given()) e.what = b->what;
         }
         break;
       case action::free_completed:
-      case action::segment_free:
-        if (live_entry* b = live_.find(addr, is_segment)) {
-          if (c == categories::unknown) e.what = b->what;
-          live_.erase(addr, is_segment);
-        }
+      case action::segment_free: {
+        live_entry gone;
+        if (live_.erase(addr, is_segment, &gone) && !c.given()) e.what = gone.what;
         break;
+      }
     }
     if (recording_) {
       e.time_ns = timestamps_ ? now_ns() : static_cast<std::int64_t>(++sequence_) * 1000;

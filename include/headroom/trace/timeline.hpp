@@ -29,7 +29,7 @@ struct active_timeline {
 [[nodiscard]] inline active_timeline make_active_timeline(snapshot const& s) {
   active_timeline t;
   auto index_of = [&](category c) {
-    std::string_view const name = c.name;
+    std::string_view const name = c.view();
     auto it = std::ranges::find(t.categories, name);
     if (it != t.categories.end()) return static_cast<std::size_t>(it - t.categories.begin());
     t.categories.push_back(name);
