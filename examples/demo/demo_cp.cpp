@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "headroom/core/bytes.hpp"
+#include "headroom/core.hpp"
 #include "headroom/cp.hpp"
-#include "headroom/host/thread_group.hpp"
+#include "headroom/host.hpp"
 #include "printer.hpp"
 #include "sections.hpp"
 

@@ -7,10 +7,8 @@
 #include <optional>
 #include <vector>
 
-#include "headroom/core/bytes.hpp"
-#include "headroom/lifetime/deferred_reclaimer.hpp"
-#include "headroom/lifetime/guard.hpp"
-#include "headroom/lifetime/manual.hpp"
+#include "headroom/core.hpp"
+#include "headroom/lifetime.hpp"
 #include "printer.hpp"
 #include "sections.hpp"
 

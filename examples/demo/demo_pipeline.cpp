@@ -9,9 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "headroom/core/bytes.hpp"
-#include "headroom/host/aligned_resource.hpp"
-#include "headroom/host/thread_group.hpp"
+#include "headroom/core.hpp"
+#include "headroom/host.hpp"
 #include "headroom/pipeline.hpp"
 #include "sections.hpp"
 

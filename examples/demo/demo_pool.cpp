@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "headroom/core/bytes.hpp"
+#include "headroom/core.hpp"
 #include "headroom/pool.hpp"
 #include "printer.hpp"
 

@@ -10,9 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "headroom/core/communicator.hpp"
-#include "headroom/core/dtype.hpp"
-#include "headroom/host/thread_group.hpp"
+#include "headroom/core.hpp"
+#include "headroom/host.hpp"
 #include "printer.hpp"
 #include "sections.hpp"
 

@@ -9,9 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "headroom/core/bytes.hpp"
-#include "headroom/host/aligned_resource.hpp"
-#include "headroom/host/stream.hpp"
+#include "headroom/core.hpp"
+#include "headroom/host.hpp"
 #include "headroom/trace.hpp"
 #include "sections.hpp"
 
