@@ -128,3 +128,35 @@ TEST_CASE("retention::reduced keeps the loss values only; retention::none keeps 
     }
   }
 }
+
+TEST_CASE("kept outputs count against the next step until the caller drops them") {
+  hp::pipeline_shape const shape{.stages = 2, .microbatches = 4};
+  std::vector<hp::stage_bytes> costs(2, {.activations = 128, .output = hidden_bytes});
+  costs.back().output = logits_bytes;
+  hp::model_bytes const bytes(costs);
+  auto const sched = hp::make_schedule<hp::one_f_one_b>(shape);
+  std::int64_t first = 0, second_holding = 0, third_dropped = 0, predicted = 0;
+  headroom::host::launch(2, [&](thread_communicator& comm) {
+    counted resource;
+    hp::executor exec(comm, resource, sched, bytes);
+    tagging_stage stage;
+    auto kept = exec.step(stage, hp::retention::all{});
+    auto const p1 = exec.statistics().bytes().peak;
+    exec.statistics().reset_peaks();  // a new window per step, as a trainer logs them
+    auto next = exec.step(stage, hp::retention::all{});  // step 1's outputs are still alive
+    auto const p2 = exec.statistics().bytes().peak;
+    kept.outputs.clear();
+    next.outputs.clear();
+    exec.statistics().reset_peaks();
+    auto last = exec.step(stage, hp::retention::all{});
+    if (comm.rank() == 1) {
+      first = p1;
+      second_holding = p2;
+      third_dropped = exec.statistics().bytes().peak;
+      predicted = exec.plan(hp::retention::all{}).rank(1).peak;
+    }
+  });
+  CHECK(first == predicted);
+  CHECK(second_holding == predicted + static_cast<std::int64_t>(4 * logits_bytes));  // PyTorch's "until the next step"
+  CHECK(third_dropped == predicted);
+}
