@@ -7,8 +7,11 @@
 //   stage 1  1 x (GEMM H x H, ReLU), LM head GEMM H x V -> logits [T x V] bf16, cross-entropy
 //            (one kernel: loss and dL/dlogits, scaled by 1 / global tokens like PyTorch's mean
 //            loss with scale_grads)
-// H = 4096, V = 131072, global batch 16384 tokens, T = 16384 / m, m in {2, 4, 8, 16}.
-// bench/pipeline_retention_torch.py runs the same shapes with PyTorch's Schedule1F1B.
+// H = 4096, V = 131072, m in {2, 4, 8, 16}, two series:
+//   global      the issue's setup: a fixed global batch of 16384 tokens, T = 16384 / m tokens per
+//               micro-batch (what `all` keeps adds up to the same 16384 x V whatever m)
+//   microbatch  the field report's growth: T = 2048 tokens per micro-batch, global batch m x T
+// bench/pipeline_retention_torch.py runs the `global` shapes with PyTorch's Schedule1F1B.
 //
 // One process drives both GPUs (one thread each, NCCL). Per (retention, m) and stage, after one
 // warm-up step:
@@ -20,8 +23,8 @@
 //   step ms    median host wall time of a step (both streams drained), max over the stages
 // Output: a table, the targets of issue 13, then one JSON line.
 //
-//   bench_pipeline_retention [--tokens 16384] [--microbatches 2,4,8,16] [--steps 3]
-//                            [--hidden 4096] [--vocab 131072]
+//   bench_pipeline_retention [--tokens 16384] [--microbatch-tokens 2048] [--microbatches 2,4,8,16]
+//                            [--steps 3] [--hidden 4096] [--vocab 131072]
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -39,6 +42,7 @@
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include <cub/block/block_reduce.cuh>
@@ -66,7 +70,8 @@ namespace {
 struct options {
   int hidden = 4096;
   int vocab = 131072;
-  int tokens = 16384;
+  int tokens = 16384;            // global batch of the `global` series
+  int microbatch_tokens = 2048;  // micro-batch of the `microbatch` series
   int steps = 3;
   int stage0_layers = 2;
   int stage1_layers = 1;
@@ -89,6 +94,7 @@ options parse(int argc, char** argv) {
     expects(i + 1 < argc, "bench_pipeline_retention: ", a, " needs a value");
     std::string_view const v = argv[++i];
     if (a == "--tokens") o.tokens = positive(a, v);
+    else if (a == "--microbatch-tokens") o.microbatch_tokens = positive(a, v);
     else if (a == "--steps") o.steps = positive(a, v);
     else if (a == "--hidden") o.hidden = positive(a, v);
     else if (a == "--vocab") o.vocab = positive(a, v);
@@ -98,7 +104,7 @@ options parse(int argc, char** argv) {
       for (std::string item; std::getline(list, item, ',');) o.microbatches.push_back(positive(a, item));
     } else {
       throw headroom::invalid_argument(std::string("bench_pipeline_retention: unknown option ") + std::string(a) +
-                                       "; expected --tokens, --microbatches, --steps, --hidden or --vocab");
+                                       "; expected --tokens, --microbatch-tokens, --microbatches, --steps, --hidden or --vocab");
     }
   }
   expects(!o.microbatches.empty(), "bench_pipeline_retention: --microbatches is empty");
@@ -106,6 +112,21 @@ options parse(int argc, char** argv) {
     expects(o.tokens % m == 0, "bench_pipeline_retention: m = ", m, " does not divide the global batch of ", o.tokens,
             " tokens; expected a fixed global batch split into equal micro-batches");
   return o;
+}
+
+/// One step's batch: T tokens per micro-batch, m micro-batches.
+struct batch_shape {
+  char const* series;
+  int m;
+  int tokens;  // T
+  [[nodiscard]] int global() const { return m * tokens; }
+};
+
+std::vector<batch_shape> shapes(options const& o) {
+  std::vector<batch_shape> out;
+  for (int m : o.microbatches) out.push_back({"global", m, o.tokens / m});
+  for (int m : o.microbatches) out.push_back({"microbatch", m, o.microbatch_tokens});
+  return out;
 }
 
 void cublas_check(cublasStatus_t s, char const* what) {
@@ -200,12 +221,12 @@ class lm_stage {
       weights_.push_back(persistent(hv * sizeof(bf16)));
       grads_.push_back(persistent(hv * sizeof(bf16)));
       fill<<<grid, block, 0, s.get()>>>(ptr(weights_.back()), hv, 999, 1.0f / std::sqrt(float(o.hidden)));
-      targets_.emplace(persistent(std::size_t(o.tokens) * sizeof(int)));
-      fill_targets<<<grid, block, 0, s.get()>>>(static_cast<int*>(targets_->data()), std::size_t(o.tokens), o.vocab);
+      targets_.emplace(persistent(std::size_t(most(o, &batch_shape::global)) * sizeof(int)));
+      fill_targets<<<grid, block, 0, s.get()>>>(static_cast<int*>(targets_->data()), std::size_t(most(o, &batch_shape::global)),
+                                                o.vocab);
     }
     for (auto& g : grads_) HEADROOM_CUDA_TRY(cudaMemsetAsync(g.data(), 0, g.size(), s.get()));
-    int const smallest_m = *std::min_element(o.microbatches.begin(), o.microbatches.end());
-    scratch_.emplace(persistent(std::size_t(o.tokens / smallest_m) * std::size_t(o.hidden) * sizeof(bf16)));
+    scratch_.emplace(persistent(std::size_t(most(o, &batch_shape::tokens)) * std::size_t(o.hidden) * sizeof(bf16)));
     workspace_.emplace(persistent(workspace_bytes));
     HEADROOM_CUDA_CHECK_LAST();
     cublas_check(cublasCreate(&handle_), "cublasCreate");
@@ -217,8 +238,11 @@ class lm_stage {
   lm_stage& operator=(lm_stage const&) = delete;
   ~lm_stage() { cublasDestroy(handle_); }
 
-  /// The micro-batch size of the next step, in tokens.
-  void set_tokens(int t) { tokens_ = t; }
+  /// The batch of the next step.
+  void set_shape(batch_shape b) {
+    tokens_ = b.tokens;
+    global_ = b.global();
+  }
 
   /// What one micro-batch of `tokens` tokens costs on stage 0 (`last` false) or stage 1: the
   /// memory model's input. `persistent` goes into parameters: every byte a stage keeps from the
@@ -265,7 +289,7 @@ class lm_stage {
     bf16* dlogits = as_bf16(a.stash) + elems() * std::size_t(layers_);
     cross_entropy<<<unsigned(tokens_), loss_threads, 0, a.stream.get()>>>(
         as_bf16(a.output), static_cast<int const*>(targets_->data()) + std::size_t(a.microbatch) * std::size_t(tokens_),
-        o_.vocab, 1.0f / float(o_.tokens), dlogits, slot);
+        o_.vocab, 1.0f / float(global_), dlogits, slot);
     HEADROOM_CUDA_CHECK_LAST();
     return slot;
   }
@@ -305,6 +329,15 @@ class lm_stage {
   }
 
  private:
+  template <class F>
+  static int most(options const& o, F field) {
+    int best = 0;
+    for (auto const& b : shapes(o)) {
+      if constexpr (std::is_member_function_pointer_v<F>) best = std::max(best, (b.*field)());
+      else best = std::max(best, b.*field);
+    }
+    return best;
+  }
   [[nodiscard]] std::size_t elems() const { return std::size_t(tokens_) * std::size_t(o_.hidden); }
   static bf16* ptr(guard const& g) { return static_cast<bf16*>(g.data()); }
 
@@ -332,18 +365,21 @@ class lm_stage {
   hp::cuda::device_values<float> losses_;
   cublasHandle_t handle_ = nullptr;
   int tokens_ = 0;
+  int global_ = 0;
 };
 static_assert(hp::pipeline_stage<lm_stage, cu::stream_view>);
 
 // ---- the run ---------------------------------------------------------------------------------
 
 struct row {
+  std::string series;
   std::string policy;
   int m = 0;
   int stage = 0;
   std::int64_t predicted = 0;
   std::int64_t measured = 0;
   std::int64_t reserved = 0;
+  int tokens = 0;                 // T: tokens per micro-batch
   std::int64_t output_bytes = 0;  // one micro-batch's output on this stage
   double step_ms = 0;
   float loss = 0;
@@ -355,16 +391,17 @@ double median(std::vector<double> v) {
 }
 
 template <class R>
-row run_config(options const& o, int m, nc::communicator& comm, cu::async_resource& memory, lm_stage& stage,
+row run_config(options const& o, batch_shape shape_of_batch, nc::communicator& comm, cu::async_resource& memory, lm_stage& stage,
                cu::stream_view compute, cu::stream_view transfer) {
   int const rank = comm.rank();
-  stage.set_tokens(o.tokens / m);
+  int const m = shape_of_batch.m;
+  stage.set_shape(shape_of_batch);
   hp::pipeline_shape const shape{.stages = 2, .microbatches = m};
   // Every rank's executor sees both stages' sizes (rank 1 receives what stage 0 sends); only a
   // rank's own parameters enter its prediction.
   hp::stage_bytes const mine = stage.cost();
   std::vector<hp::stage_bytes> costs{mine, mine};
-  costs[std::size_t(1 - rank)] = lm_stage::cost_of(o, rank == 0, o.tokens / m, 0);
+  costs[std::size_t(1 - rank)] = lm_stage::cost_of(o, rank == 0, shape_of_batch.tokens, 0);
   hp::cuda::nccl_executor<> exec(comm, memory, hp::make_schedule<hp::one_f_one_b>(shape), hp::model_bytes(costs), compute,
                                  transfer);
   auto const predicted = exec.plan(R{}).rank(rank).total();
@@ -397,8 +434,8 @@ row run_config(options const& o, int m, nc::communicator& comm, cu::async_resour
       for (int k = 0; k < m; ++k) loss += host[std::size_t(k)];
     }
   }
-  return {.policy = std::string(R::name), .m = m, .stage = rank, .predicted = predicted, .measured = measured,
-          .reserved = reserved, .output_bytes = static_cast<std::int64_t>(mine.output), .step_ms = median(times), .loss = loss};
+  return {.series = shape_of_batch.series, .policy = std::string(R::name), .m = m, .stage = rank, .predicted = predicted, .measured = measured,
+          .reserved = reserved, .tokens = shape_of_batch.tokens, .output_bytes = static_cast<std::int64_t>(mine.output), .step_ms = median(times), .loss = loss};
 }
 
 }  // namespace
@@ -417,54 +454,63 @@ int main(int argc, char** argv) try {
     cu::stream transfer;
     lm_stage stage(o, comm.rank(), memory, compute);
     std::vector<row> mine;
-    for (int m : o.microbatches) mine.push_back(run_config<hp::retention::all>(o, m, comm, memory, stage, compute, transfer));
-    for (int m : o.microbatches) mine.push_back(run_config<hp::retention::reduced>(o, m, comm, memory, stage, compute, transfer));
-    for (int m : o.microbatches) mine.push_back(run_config<hp::retention::none>(o, m, comm, memory, stage, compute, transfer));
+    for (batch_shape const b : shapes(o)) {
+      mine.push_back(run_config<hp::retention::all>(o, b, comm, memory, stage, compute, transfer));
+      mine.push_back(run_config<hp::retention::reduced>(o, b, comm, memory, stage, compute, transfer));
+      mine.push_back(run_config<hp::retention::none>(o, b, comm, memory, stage, compute, transfer));
+    }
     compute.synchronize();
     std::lock_guard lock(mutex);
     rows.insert(rows.end(), mine.begin(), mine.end());
     device_name = prop.name;
   });
   std::sort(rows.begin(), rows.end(), [](row const& a, row const& b) {
-    return std::tie(a.policy, a.m, a.stage) < std::tie(b.policy, b.m, b.stage);
+    return std::tie(a.series, a.policy, a.m, a.stage) < std::tie(b.series, b.policy, b.m, b.stage);
   });
 
   auto const gib = [](std::int64_t b) { return double(b) / double(std::int64_t{1} << 30); };
-  std::printf("bench_pipeline_retention: toy LM on 2 x %s, hidden %d, vocab %d, bf16, 1F1B, global batch %d tokens\n",
-              device_name.c_str(), o.hidden, o.vocab, o.tokens);
-  std::printf("%-8s %3s %5s %13s %13s %7s %13s %9s %9s\n", "policy", "m", "stage", "predicted GiB", "measured GiB",
-              "error%", "reserved GiB", "step ms", "loss");
+  std::printf("bench_pipeline_retention: toy LM on 2 x %s, hidden %d, vocab %d, bf16, 1F1B; series global: %d tokens "
+              "per step, series microbatch: %d tokens per micro-batch\n",
+              device_name.c_str(), o.hidden, o.vocab, o.tokens, o.microbatch_tokens);
+  std::printf("%-10s %-8s %3s %6s %5s %13s %13s %7s %13s %9s %9s\n", "series", "policy", "m", "T", "stage", "predicted GiB",
+              "measured GiB", "error%", "reserved GiB", "step ms", "loss");
   double worst = 0;
   for (auto const& r : rows) {
     double const err = 100.0 * (double(r.measured) - double(r.predicted)) / double(r.predicted);
     worst = std::max(worst, std::fabs(err));
-    std::printf("%-8s %3d %5d %13.3f %13.3f %7.2f %13.3f %9.1f %9.4f\n", r.policy.c_str(), r.m, r.stage, gib(r.predicted),
-                gib(r.measured), err, gib(r.reserved), r.step_ms, r.stage == 1 ? double(r.loss) : 0.0);
+    std::printf("%-10s %-8s %3d %6d %5d %13.3f %13.3f %7.2f %13.3f %9.1f %9.4f\n", r.series.c_str(), r.policy.c_str(), r.m,
+                r.tokens, r.stage, gib(r.predicted), gib(r.measured), err, gib(r.reserved), r.step_ms,
+                r.stage == 1 ? double(r.loss) : 0.0);
   }
   // Issue 13's targets, from the rows above.
-  auto const find = [&](std::string_view policy, int m, int stage) -> row const& {
-    return *std::find_if(rows.begin(), rows.end(), [&](row const& r) { return r.policy == policy && r.m == m && r.stage == stage; });
+  auto const find = [&](std::string_view series, std::string_view policy, int m, int stage) -> row const& {
+    return *std::find_if(rows.begin(), rows.end(), [&](row const& r) {
+      return r.series == series && r.policy == policy && r.m == m && r.stage == stage;
+    });
   };
   int const lo = *std::min_element(o.microbatches.begin(), o.microbatches.end());
   int const hi = *std::max_element(o.microbatches.begin(), o.microbatches.end());
   std::printf("targets:\n  model within 5%% of measured on every row: worst %.2f%% -> %s\n", worst, worst <= 5.0 ? "met" : "MISSED");
-  for (std::string_view policy : {"reduced", "none", "all"}) {
-    row const& a = find(policy, lo, 1);
-    row const& b = find(policy, hi, 1);
-    std::printf("  last stage, %-7s: m=%d %.3f GiB -> m=%d %.3f GiB (growth %+.3f GiB; one micro-batch's output at m=%d: %.3f GiB)%s\n",
-                std::string(policy).c_str(), lo, gib(a.measured), hi, gib(b.measured), gib(b.measured - a.measured), lo,
-                gib(a.output_bytes),
-                policy == "all" ? "" : (b.measured - a.measured <= a.output_bytes ? " -> met" : " -> MISSED"));
-  }
-  std::printf("  (PyTorch rows: python3 bench/pipeline_retention_torch.py, same shapes)\n");
+  for (std::string_view series : {"global", "microbatch"})
+    for (std::string_view policy : {"reduced", "none", "all"}) {
+      row const& x = find(series, policy, lo, 1);
+      row const& y = find(series, policy, hi, 1);
+      std::int64_t const one_output = std::max(x.output_bytes, y.output_bytes);
+      std::printf("  %-10s last stage, %-7s: m=%d %.3f GiB -> m=%d %.3f GiB, growth %+.3f GiB = %+.2f micro-batch outputs%s\n",
+                  std::string(series).c_str(), std::string(policy).c_str(), lo, gib(x.measured), hi, gib(y.measured),
+                  gib(y.measured - x.measured), double(y.measured - x.measured) / double(one_output),
+                  policy == "all" ? "" : (y.measured - x.measured <= one_output ? " (<= 1: met)" : " (> 1: MISSED)"));
+    }
+  std::printf("  (PyTorch rows: python3 bench/pipeline_retention_torch.py, the global series' shapes)\n");
 
   std::ostringstream json;
   json << R"({"bench":"pipeline_retention","device":")" << device_name << R"(","gpus":2,"hidden":)" << o.hidden
-       << R"(,"vocab":)" << o.vocab << R"(,"tokens":)" << o.tokens << R"(,"schedule":"1f1b","unit":"bytes","worst_error_pct":)"
+       << R"(,"vocab":)" << o.vocab << R"(,"tokens":)" << o.tokens << R"(,"microbatch_tokens":)" << o.microbatch_tokens << R"(,"schedule":"1f1b","unit":"bytes","worst_error_pct":)"
        << worst << R"(,"rows":[)";
   for (std::size_t i = 0; i < rows.size(); ++i) {
     auto const& r = rows[i];
-    json << (i ? "," : "") << R"({"policy":")" << r.policy << R"(","m":)" << r.m << R"(,"stage":)" << r.stage
+    json << (i ? "," : "") << R"({"series":")" << r.series << R"(","policy":")" << r.policy << R"(","m":)" << r.m
+         << R"(,"tokens_per_microbatch":)" << r.tokens << R"(,"stage":)" << r.stage
          << R"(,"predicted":)" << r.predicted << R"(,"measured":)" << r.measured << R"(,"reserved":)" << r.reserved
          << R"(,"step_ms":)" << r.step_ms << "}";
   }

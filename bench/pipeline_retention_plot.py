@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Plots peak memory against the micro-batch count for bench_pipeline_retention and its PyTorch
-peer (bench/pipeline_retention_torch.py): one panel per pipeline stage, one line per retention
-policy (headroom all / reduced / none, PyTorch return_outputs True / False); headroom's measured
+peer (bench/pipeline_retention_torch.py): one panel per pipeline stage and series (a fixed global
+batch; a fixed micro-batch, the PyTorch rows belong to the first), one line per retention policy (headroom all / reduced / none, PyTorch return_outputs True / False); headroom's measured
 peaks are solid with dots, the memory model's predictions dotted on top.
 
     python3 bench/pipeline_retention_plot.py [FILE ...] [-o OUT.png]
@@ -49,7 +49,7 @@ def main():
     files = args.files or [os.path.join(out_dir, "summary.txt") if out_dir else "build/gpu/gpu-check/summary.txt"]
     output = args.output or (os.path.join(out_dir, "pipeline_retention.png") if out_dir else "docs/img/pipeline_retention.png")
 
-    measured = defaultdict(dict)   # (policy, stage) -> {m: bytes}
+    measured = defaultdict(dict)   # (series, policy, stage) -> {m: bytes}
     predicted = defaultdict(dict)
     device = None
     for path in files:
@@ -61,11 +61,11 @@ def main():
                 continue
             device = device or obj.get("device")
             for r in obj.get("rows", []):
-                key = (r["policy"], r["stage"])
+                key = (r.get("series", "global"), r["policy"], r["stage"])
                 measured[key][r["m"]] = r.get("measured", r.get("peak_bytes"))
                 if "predicted" in r:
                     predicted[key][r["m"]] = r["predicted"]
-    if not any(p in ("all", "reduced", "none") for p, _ in measured):
+    if not any(p in ("all", "reduced", "none") for _, p, _ in measured):
         print("pipeline_retention_plot: no bench_pipeline_retention rows found; nothing to plot")
         return 0
     try:
@@ -77,28 +77,34 @@ def main():
         print("pipeline_retention_plot: matplotlib is not installed; nothing plotted")
         return 0
 
-    stages = sorted({s for _, s in measured})
-    fig, axes = plt.subplots(1, len(stages), figsize=(6 * len(stages), 4.5), sharey=False, squeeze=False)
+    stages = sorted({s for _, _, s in measured})
+    all_series = [x for x in ("global", "microbatch") if any(k[0] == x for k in measured)]
+    titles = {"global": "fixed global batch", "microbatch": "fixed micro-batch"}
+    fig, axes = plt.subplots(len(all_series), len(stages), figsize=(6 * len(stages), 4.5 * len(all_series)),
+                             sharey=False, squeeze=False)
     gib = float(1 << 30)
-    for ax, stage in zip(axes[0], stages):
-        for key, label, style in POLICIES:
-            series = measured.get((key, stage))
-            if not series:
-                continue
-            ms = sorted(series)
-            ax.plot(ms, [series[m] / gib for m in ms], marker="o", label=label, **style)
-            if predicted.get((key, stage)):
-                pm = sorted(predicted[(key, stage)])
-                ax.plot(pm, [predicted[(key, stage)][m] / gib for m in pm], linestyle=":", color=style["color"],
-                        marker="x", label=f"{label} (model)")
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(sorted({m for s in measured.values() for m in s}))
-        ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
-        ax.set_xlabel("micro-batches m (fixed global batch)")
-        ax.set_title(f"stage {stage}" + (" (last: LM head)" if stage == stages[-1] else ""))
-        ax.set_ylabel("peak allocated memory, GiB")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+    for row_axes, name in zip(axes, all_series):
+        for ax, stage in zip(row_axes, stages):
+            for key, label, style in POLICIES:
+                points = measured.get((name, key, stage))
+                if not points:
+                    continue
+                ms = sorted(points)
+                ax.plot(ms, [points[m] / gib for m in ms], marker="o", label=label, **style)
+                model = predicted.get((name, key, stage))
+                if model:
+                    pm = sorted(model)
+                    ax.plot(pm, [model[m] / gib for m in pm], linestyle=":", color=style["color"], marker="x",
+                            label=f"{label} (model)")
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(sorted({m for s in measured.values() for m in s}))
+            ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
+            ax.set_xlabel("micro-batches m")
+            ax.set_title(f"{titles[name]}, stage {stage}" + (" (last: LM head)" if stage == stages[-1] else ""))
+            ax.set_ylabel("peak allocated memory, GiB")
+            ax.grid(alpha=0.3)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=8)
     fig.suptitle(f"1F1B on 2 GPUs{f' ({device})' if device else ''}: peak memory per stage vs m")
     fig.tight_layout()
     os.makedirs(os.path.dirname(output) or ".", exist_ok=True)
