@@ -177,3 +177,25 @@ TEST_CASE("the executor checks its inputs before any transfer") {
     CHECK_THROWS_WITH_AS(hp::executor(comm, resource, hp::schedule("broken", s.shape(), broken), bytes), Contains("no send_backward"), invalid_argument);
   });
 }
+
+TEST_CASE("place_transfers rejects orders it cannot turn into a schedule") {
+  hp::pipeline_shape const shape{.stages = 2, .microbatches = 1};
+  using K = action_kind;
+  lists const good{{{K::forward, 0, 0, -1}, {K::backward, 0, 0, -1}}, {{K::forward, 0, 1, -1}, {K::backward, 0, 1, -1}}};
+  CHECK_NOTHROW(static_cast<void>(hp::place_transfers("ok", shape, good)));
+  CHECK_THROWS_WITH_AS(static_cast<void>(hp::place_transfers("x", shape, lists(3))), Contains("3 compute orders for p = 2"), invalid_argument);
+  auto transfer = good;
+  transfer[0].push_back({K::send_forward, 0, 0, 1});
+  CHECK_THROWS_WITH_AS(static_cast<void>(hp::place_transfers("x", shape, transfer)), Contains("rank 0 has send_forward F0@s0 -> rank 1, expected a computation"), invalid_argument);
+  auto elsewhere = good;
+  elsewhere[0][0].stage = 1;
+  CHECK_THROWS_WITH_AS(static_cast<void>(hp::place_transfers("x", shape, elsewhere)), Contains("rank 0 has F0@s1"), invalid_argument);
+  auto beyond = good;
+  beyond[1][1].microbatch = 1;
+  CHECK_THROWS_WITH_AS(static_cast<void>(hp::place_transfers("x", shape, beyond)), Contains("micro-batch in [0, 1)"), invalid_argument);
+  // Rank 1 runs its backward before its forward: the orders wait on each other.
+  lists const stuck{{{K::forward, 0, 0, -1}, {K::backward, 0, 0, -1}}, {{K::backward, 0, 1, -1}, {K::forward, 0, 1, -1}}};
+  CHECK_THROWS_WITH_AS(static_cast<void>(hp::place_transfers("stuck", shape, stuck)), Contains("the compute orders wait on each other: rank 0 at B0@s0; rank 1 at B0@s1;"), invalid_argument);
+  lists const no_backward{{{K::forward, 0, 0, -1}}, {{K::forward, 0, 1, -1}, {K::backward, 0, 1, -1}}};
+  CHECK_THROWS_WITH_AS(static_cast<void>(hp::place_transfers("x", shape, no_backward)), Contains("micro-batch 0 stage 0: no backward"), invalid_argument);
+}

@@ -105,3 +105,34 @@ TEST_CASE("1F1B on two ranks, written out") {
                            "rank 1 | .  F0 B0 F1 B1 F2 B2 . \n");
   CHECK(hp::ticks(s) == 8);
 }
+
+TEST_CASE("place_transfers: generated compute orders give back the generated schedules; custom orders run") {
+  auto const compute_only = [](hp::schedule const& s) {
+    std::vector<std::vector<action>> order;
+    for (auto const& list : s.ranks()) {
+      order.emplace_back();
+      for (action const& a : list)
+        if (hp::is_compute(a.kind)) order.back().push_back(a);
+    }
+    return order;
+  };
+  for (auto const& s : {hp::make_schedule<hp::gpipe>({.stages = 3, .microbatches = 5, .chunks = 2}),
+                        hp::make_schedule<hp::one_f_one_b>({.stages = 4, .microbatches = 7}),
+                        hp::make_schedule<hp::interleaved_1f1b>({.stages = 2, .microbatches = 4, .chunks = 3}),
+                        hp::make_schedule<hp::zb_h1>({.stages = 4, .microbatches = 9})}) {
+    CAPTURE(s.name());
+    CHECK(hp::place_transfers(s.name(), s.shape(), compute_only(s)) == s);
+  }
+  // GPipe with the backwards in reverse micro-batch order (the last forward is the first backward).
+  hp::pipeline_shape const shape{.stages = 3, .microbatches = 4};
+  std::vector<std::vector<action>> order(3);
+  for (int r = 0; r < 3; ++r) {
+    for (int k = 0; k < 4; ++k) order[static_cast<std::size_t>(r)].push_back({action_kind::forward, k, r, -1});
+    for (int k = 3; k >= 0; --k) order[static_cast<std::size_t>(r)].push_back({action_kind::backward, k, r, -1});
+  }
+  auto const reversed = hp::place_transfers("gpipe_reversed", shape, order);
+  CHECK(hp::find_problem(reversed).empty());
+  CHECK(hp::timeline(reversed) == "rank 0 | F0 F1 F2 F3 .  .  .  .  B3 B2 B1 B0\n"
+                                  "rank 1 | .  F0 F1 F2 F3 .  .  B3 B2 B1 B0 . \n"
+                                  "rank 2 | .  .  F0 F1 F2 F3 B3 B2 B1 B0 .  . \n");
+}

@@ -16,6 +16,7 @@
 //
 // Every generator checks its shape and throws invalid_argument naming the value and the rule,
 // and returns a schedule that validate() accepts (the tests check this over a grid of shapes).
+// place_transfers() turns any per-rank compute order into a schedule the same way.
 #include <algorithm>
 #include <concepts>
 #include <string>
@@ -27,6 +28,7 @@
 #include "headroom/pipeline/detail/lower.hpp"
 #include "headroom/pipeline/schedule.hpp"
 #include "headroom/pipeline/shape.hpp"
+#include "headroom/pipeline/validate.hpp"
 
 namespace headroom::pipeline {
 
@@ -49,6 +51,29 @@ inline void check_one_chunk(pipeline_shape const& shape, std::string_view name) 
           ", expected 1 (one model chunk per rank; use interleaved_1f1b for v > 1)");
 }
 }  // namespace detail
+
+/// A schedule from per-rank compute orders (forward, backward, backward_input, backward_weight
+/// only): the transfers are placed as the generators place theirs (detail/lower.hpp), so the
+/// lists cannot deadlock under blocking send/recv. Throws invalid_argument for an action that is
+/// not a computation, out of range or on the wrong rank, for orders that wait on each other, and
+/// for anything validate() rejects (a missing backward, a repeated forward).
+[[nodiscard]] inline schedule place_transfers(std::string name, pipeline_shape const& shape,
+                                              std::vector<std::vector<action>> const& compute_order) {
+  shape.check("pipeline::place_transfers");
+  expects(compute_order.size() == static_cast<std::size_t>(shape.stages), "pipeline::place_transfers: ",
+          compute_order.size(), " compute orders for p = ", shape.stages, ", expected one per rank");
+  expects(shape.stages >= 2 || shape.chunks == 1, "pipeline::place_transfers: chunks (v) = ", shape.chunks,
+          " with stages (p) = 1, expected v = 1");
+  for (std::size_t r = 0; r < compute_order.size(); ++r)
+    for (action const& a : compute_order[r])
+      expects(is_compute(a.kind) && a.peer == -1 && a.microbatch >= 0 && a.microbatch < shape.microbatches &&
+                  a.stage >= 0 && a.stage < shape.virtual_stages() && shape.rank_of(a.stage) == static_cast<int>(r),
+              "pipeline::place_transfers: rank ", r, " has ", a, ", expected a computation (peer -1) of a micro-batch in [0, ",
+              shape.microbatches, ") on one of this rank's virtual stages");
+  auto s = detail::lower(std::move(name), shape, compute_order);
+  validate(s);
+  return s;
+}
 
 struct gpipe {
   static constexpr std::string_view name = "gpipe";
