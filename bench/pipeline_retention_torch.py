@@ -7,18 +7,21 @@ the last stage keeps every micro-batch's logits and merges them) and return_outp
 Model (the same shapes as the C++ bench): bf16, hidden 4096, stage 0 = 2 x (Linear 4096x4096,
 no bias, ReLU), stage 1 = 1 x (Linear, ReLU) + LM head Linear(4096, 131072, no bias), loss
 cross_entropy(mean) on the head's bf16 logits [micro-batch tokens x 131072]. Global batch 16384
-tokens, so a micro-batch has 16384 / m tokens.
+tokens, so a micro-batch has 16384 / m tokens (series "global"); and a fixed micro-batch of 2048
+tokens, global batch m x 2048 (series "microbatch", where what return_outputs=True keeps grows with m).
 
 Per row and stage: torch.cuda.max_memory_allocated() over one step (after reset_peak_memory_stats;
 the warm-up step has allocated the gradients, as in the C++ bench) and the median step time
-(host wall clock between barriers, after synchronize).
+(host wall clock between barriers, after synchronize). Gradients are set to None before every step,
+as optimizer.zero_grad() does, so each step allocates them as a training step would.
 
 The script spawns its 2 ranks itself (torch.multiprocessing, NCCL, NCCL_NVLS_ENABLE=0). If
 PyTorch, the GPUs or the pipelining API are not what it expects (no return_outputs keyword,
 fewer than 2 GPUs, a constructor that changed), it prints why and "skipped" rows and exits 0, so
 a GPU check run is never broken by a peer that cannot run.
 
-    python3 bench/pipeline_retention_torch.py [--tokens 16384] [--steps 3] [--microbatches 2,4,8,16]
+    python3 bench/pipeline_retention_torch.py [--tokens 16384] [--microbatch-tokens 2048] [--steps 3]
+                                              [--microbatches 2,4,8,16]
 
 Output: a table, then one JSON line.
 """
@@ -42,8 +45,8 @@ DEADLINE_S = 240  # the whole run; gpu-check's per-program limit is 300 s
 
 def emit_skipped(reason, args):
     print(f"pipeline_retention_torch: skipped: {reason}")
-    rows = [{"policy": f"torch_return_outputs_{flag}", "m": m, "status": "skipped"}
-            for flag in (True, False) for m in args.microbatches]
+    rows = [{"series": series, "policy": f"torch_return_outputs_{flag}", "m": m, "status": "skipped"}
+            for series in ("global", "microbatch") for flag in (True, False) for m in args.microbatches]
     print(json.dumps({"bench": "pipeline_retention_torch", "status": "skipped", "reason": reason, "rows": rows}))
     return 0
 
@@ -89,38 +92,42 @@ def worker(rank, world, args, port, results):
             raise RuntimeError(f"Schedule1F1B.step has no return_outputs keyword (parameters: {list(step_params)}); "
                                f"torch {torch.__version__}")
 
-        tokens = args.tokens
+        most = max(args.tokens, args.microbatch_tokens * max(args.microbatches))
         gen = torch.Generator(device=device).manual_seed(99)
-        x = torch.randn(tokens, HIDDEN, device=device, dtype=torch.bfloat16, generator=gen) if rank == 0 else None
-        target = torch.randint(0, VOCAB, (tokens,), device=device, generator=gen) if last else None
+        x_all = torch.randn(most, HIDDEN, device=device, dtype=torch.bfloat16, generator=gen) if rank == 0 else None
+        target_all = torch.randint(0, VOCAB, (most,), device=device, generator=gen) if last else None
 
         rows = []
-        for return_outputs in (True, False):
-            for m in args.microbatches:
-                stage = PipelineStage(module, rank, world, device)
-                schedule = Schedule1F1B(stage, m, loss_fn=loss_fn)
-                times, peaks = [], []
-                for step in range(args.steps + 1):  # step 0 warms up (shape inference, grads, cuBLAS)
-                    torch.cuda.synchronize()
-                    dist.barrier()
-                    torch.cuda.reset_peak_memory_stats(device)
-                    t0 = time.perf_counter()
-                    if rank == 0:
-                        out = schedule.step(x, return_outputs=return_outputs)
-                    else:
-                        losses = []
-                        out = schedule.step(target=target, losses=losses, return_outputs=return_outputs)
-                    torch.cuda.synchronize()
-                    dt = time.perf_counter() - t0
-                    peak = torch.cuda.max_memory_allocated(device)
-                    del out
-                    if step > 0:
-                        times.append(dt)
-                        peaks.append(peak)
-                rows.append({"policy": f"torch_return_outputs_{return_outputs}", "m": m, "stage": rank,
-                             "peak_bytes": max(peaks), "step_ms": 1e3 * statistics.median(times)})
-                del schedule, stage
-                module.zero_grad(set_to_none=False)
+        configs = [("global", m, args.tokens) for m in args.microbatches]
+        configs += [("microbatch", m, m * args.microbatch_tokens) for m in args.microbatches]
+        for (series, m, tokens), return_outputs in [(c, r) for c in configs for r in (True, False)]:
+            x = x_all[:tokens] if rank == 0 else None
+            target = target_all[:tokens] if last else None
+            stage = PipelineStage(module, rank, world, device)
+            schedule = Schedule1F1B(stage, m, loss_fn=loss_fn)
+            times, peaks = [], []
+            for step in range(args.steps + 1):  # step 0 warms up (shape inference, cuBLAS)
+                module.zero_grad(set_to_none=True)
+                torch.cuda.synchronize()
+                dist.barrier()
+                torch.cuda.reset_peak_memory_stats(device)
+                t0 = time.perf_counter()
+                if rank == 0:
+                    out = schedule.step(x, return_outputs=return_outputs)
+                else:
+                    losses = []
+                    out = schedule.step(target=target, losses=losses, return_outputs=return_outputs)
+                torch.cuda.synchronize()
+                dt = time.perf_counter() - t0
+                peak = torch.cuda.max_memory_allocated(device)
+                del out
+                if step > 0:
+                    times.append(dt)
+                    peaks.append(peak)
+            rows.append({"series": series, "policy": f"torch_return_outputs_{return_outputs}", "m": m,
+                         "tokens_per_microbatch": tokens // m, "stage": rank,
+                         "peak_bytes": max(peaks), "step_ms": 1e3 * statistics.median(times)})
+            del schedule, stage
         dist.barrier()
         dist.destroy_process_group()
         results.put(("ok", rank, rows, torch.__version__, torch.cuda.get_device_name(device)))
@@ -131,10 +138,12 @@ def worker(rank, world, args, port, results):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=16384, help="global batch in tokens (fixed over m)")
+    parser.add_argument("--microbatch-tokens", type=int, default=2048,
+                        help="micro-batch in tokens of the fixed-micro-batch series")
     parser.add_argument("--steps", type=int, default=3, help="timed steps per row (after one warm-up step)")
     parser.add_argument("--microbatches", type=lambda s: [int(v) for v in s.split(",")], default=[2, 4, 8, 16])
     args = parser.parse_args()
-    if args.steps < 1 or any(m < 1 or args.tokens % m != 0 for m in args.microbatches):
+    if args.steps < 1 or args.microbatch_tokens < 1 or any(m < 1 or args.tokens % m != 0 for m in args.microbatches):
         parser.error(f"--steps must be >= 1 and every m must divide --tokens {args.tokens}; "
                      f"got steps {args.steps}, m {args.microbatches}")
     try:
@@ -180,14 +189,16 @@ def main():
         return emit_skipped(reason.strip().replace("\n", " | "), args)
 
     version, device = got[0][3], got[0][4]
-    rows = sorted(got[0][2] + got[1][2], key=lambda r: (r["policy"], r["m"], r["stage"]))
+    rows = sorted(got[0][2] + got[1][2], key=lambda r: (r["series"], r["policy"], r["m"], r["stage"]))
     print(f"PyTorch {version} Schedule1F1B, toy LM (hidden {HIDDEN}, vocab {VOCAB}, bf16), 2 x {device}, "
-          f"global batch {args.tokens} tokens; peak = max_memory_allocated per stage over one step")
-    print(f"{'policy':<28} {'m':>3} {'stage':>5} {'peak GiB':>9} {'step ms':>8}")
+          f"series global: {args.tokens} tokens per step, series microbatch: {args.microbatch_tokens} tokens per "
+          f"micro-batch; peak = max_memory_allocated per stage over one step")
+    print(f"{'series':<10} {'policy':<28} {'m':>3} {'T':>6} {'stage':>5} {'peak GiB':>9} {'step ms':>8}")
     for r in rows:
-        print(f"{r['policy']:<28} {r['m']:>3} {r['stage']:>5} {r['peak_bytes'] / 2**30:>9.3f} {r['step_ms']:>8.1f}")
+        print(f"{r['series']:<10} {r['policy']:<28} {r['m']:>3} {r['tokens_per_microbatch']:>6} {r['stage']:>5} "
+              f"{r['peak_bytes'] / 2**30:>9.3f} {r['step_ms']:>8.1f}")
     print(json.dumps({"bench": "pipeline_retention_torch", "status": "ok", "torch": version, "device": device,
-                      "gpus": 2, "tokens": args.tokens, "hidden": HIDDEN, "vocab": VOCAB, "rows": rows}))
+                      "gpus": 2, "tokens": args.tokens, "microbatch_tokens": args.microbatch_tokens, "hidden": HIDDEN, "vocab": VOCAB, "rows": rows}))
     return 0
 
 
