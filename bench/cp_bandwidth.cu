@@ -14,14 +14,14 @@
 // device gather against the bare ncclAllGather of the same bytes (the target: <= 1.1x):
 //   all_gather     ncclAllGather of the local rows into a [T, w] buffer (rank-major): the floor
 //   serial         cp::cuda::gather: one all-gather into a workspace, then the reorder kernel
-//   pipelined/K/R  cp::cuda::gather_pipeline with K chunks, the placement leaving R SMs free
-//                  (K = auto: the library's choice)
+//   pipelined/K    cp::cuda::gather_pipeline with K chunks (autoK: the library's choice): own
+//                  rows placed beside the all-gather, peers' rows of chunk c-1 beside chunk c's
 //   p2p_in_place   a peer, written here: one ncclGroup of send/recv per (sequence, chunk) straight
 //                  into the sequence positions, plus a kernel placing the own rows
 // Each output is compared with the serial gather's, byte for byte, before timing. Timing: both
 // ranks run a short spin kernel, then the op between two events; rank 0's medians.
 //
-//   bench_cp_bandwidth [--iterations 20] [--warmup 3]
+//   bench_cp_bandwidth [--iterations 20] [--warmup 3] [--no-gather]
 // Output: a table, then one JSON line.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -56,6 +56,7 @@ namespace {
 struct options {
   int iterations = 20;
   int warmup = 3;
+  bool gather = true;  // --no-gather: the one-GPU rows only (e.g. under a profiler)
 };
 
 options parse(int argc, char** argv) {
@@ -68,12 +69,14 @@ options parse(int argc, char** argv) {
       expects(v >= 1, "bench_cp_bandwidth: ", a, " = ", v, ", expected >= 1");
       return v;
     };
-    if (a == "--iterations")
+    if (a == "--no-gather")
+      o.gather = false;
+    else if (a == "--iterations")
       o.iterations = value();
     else if (a == "--warmup")
       o.warmup = value();
     else
-      throw invalid_argument("bench_cp_bandwidth: unknown argument " + a + " (expected --iterations N, --warmup N)");
+      throw invalid_argument("bench_cp_bandwidth: unknown argument " + a + " (expected --iterations N, --warmup N, --no-gather)");
   }
   return o;
 }
@@ -289,17 +292,14 @@ std::vector<gather_result> gather_on_two_gpus(options const& o, std::string& dev
       });
       time_it("serial", [&] { cp::cuda::gather<cp::vector_policy::require_16>(comm, p, dcu.view(), lv, ov, wv, s); });
       check_same("serial");
-      struct variant {
-        int chunks, reserved;
-      };
-      for (variant v : {variant{0, 32}, variant{4, 32}, variant{8, 32}, variant{16, 32}, variant{32, 32}, variant{8, 0}}) {
-        cp::cuda::gather_pipeline pipe(v.chunks, v.reserved);
+      for (int chunks : {0, 1, 2, 4, 8}) {
+        cp::cuda::gather_pipeline pipe(chunks);
         i64 const rows = pipe.workspace_rows(p, row);
         auto const pw = cp::matrix_view<bf16>(static_cast<bf16*>(ws.p), rows, sh.width);
         auto run = [&] { pipe.gather<cp::vector_policy::require_16>(comm, p, dcu.view(), lv, ov, pw, s); };
         run();
-        std::string const name = "pipelined/" + (v.chunks == 0 ? "auto" + std::to_string(pipe.chunks_for(p.local_rows(), row))
-                                                                : std::to_string(v.chunks)) + "/" + std::to_string(v.reserved);
+        std::string const name = "pipelined/" + (chunks == 0 ? "auto" + std::to_string(pipe.chunks_for(p.local_rows(), row))
+                                                              : std::to_string(chunks));
         check_same(name);
         time_it(name, run);
       }
@@ -369,7 +369,7 @@ int main(int argc, char** argv) try {
   std::vector<gather_result> gathers;
   std::string gather_device;
   std::vector<std::string> notes;
-  if (headroom::cuda::device_count() >= 2) {
+  if (o.gather && headroom::cuda::device_count() >= 2) {
     gathers = gather_on_two_gpus(o, gather_device, notes);
     std::printf("\ncp gather on 2 GPUs (%s), cp = 2, bf16; medians of %d runs; x = time / bare all_gather\n",
                 gather_device.c_str(), o.iterations);
@@ -383,7 +383,7 @@ int main(int argc, char** argv) try {
     }
     for (auto const& n : notes) std::printf("batch %s\n", n.c_str());
   } else {
-    std::printf("\ncp gather on 2 GPUs: skipped, %d GPU(s)\n", headroom::cuda::device_count());
+    std::printf("\ncp gather on 2 GPUs: skipped (%d GPU(s)%s)\n", headroom::cuda::device_count(), o.gather ? "" : ", --no-gather");
   }
 
   std::ostringstream js;

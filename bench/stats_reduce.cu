@@ -251,12 +251,21 @@ int main(int argc, char** argv) try {
       dev_reducer resident(comm, plan, report, dr_dev.bytes(), dr_pin.bytes(), s);
       expects<logic_error>(resident.max(s).get() == expect, "bench_stats_reduce: wrong device-resident max");
       auto device_resident = [&] { sink = resident.max(s).get(); };
-      cudaGraph_t graph = nullptr;
-      cudaGraphExec_t exec = nullptr;
+      // Destroyed before the communicator even when a check throws (NCCL keeps resources for
+      // the graphs that captured its collectives).
+      struct graph_guard {
+        cudaGraph_t graph = nullptr;
+        cudaGraphExec_t exec = nullptr;
+        ~graph_guard() {
+          if (exec != nullptr) HEADROOM_CUDA_TRY_NOTHROW(cudaGraphExecDestroy(exec));
+          if (graph != nullptr) HEADROOM_CUDA_TRY_NOTHROW(cudaGraphDestroy(graph));
+        }
+      } g;
       HEADROOM_CUDA_TRY(cudaStreamBeginCapture(s.get(), cudaStreamCaptureModeThreadLocal));
       auto const captured = resident.max(s);
-      HEADROOM_CUDA_TRY(cudaStreamEndCapture(s.get(), &graph));
-      HEADROOM_CUDA_TRY(cudaGraphInstantiate(&exec, graph, 0));
+      HEADROOM_CUDA_TRY(cudaStreamEndCapture(s.get(), &g.graph));
+      HEADROOM_CUDA_TRY(cudaGraphInstantiate(&g.exec, g.graph, 0));
+      cudaGraphExec_t const exec = g.exec;
       auto device_graph = [&] {
         HEADROOM_CUDA_TRY(cudaGraphLaunch(exec, s.get()));
         sink = captured.get();
@@ -270,8 +279,6 @@ int main(int argc, char** argv) try {
       r.graph_launch_us = host_us(s, opt.warmup, it, [&] { HEADROOM_CUDA_TRY(cudaGraphLaunch(exec, s.get())); }, [] {});
       r.read_us = host_us(s, opt.warmup, it, [&] { if (pending.ready()) sink = pending.get(); }, [] {});
       expects<logic_error>(sink == expect, "bench_stats_reduce: wrong device-resident max after timing");
-      HEADROOM_CUDA_TRY(cudaGraphExecDestroy(exec));
-      HEADROOM_CUDA_TRY(cudaGraphDestroy(graph));
       if (comm.rank() == 0) {
         std::lock_guard lock(m);
         rows[k] = r;

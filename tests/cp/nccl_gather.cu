@@ -99,7 +99,7 @@ void pipelined_round_trip(nccl::communicator& comm, std::uint64_t seed, i64 widt
   gather_case<L, T> const g(comm, seed, width);
   auto const& [shared, pad, x, p, local] = g;
   cp::cuda::device_cu_seqlens cu(pad.padded_cu_seqlens(), stream);
-  cp::cuda::gather_pipeline pipe(chunks, 8);
+  cp::cuda::gather_pipeline pipe(chunks);
   i64 const ws_rows = pipe.workspace_rows(p, static_cast<std::size_t>(width) * sizeof(T));
   if (!std::same_as<L, contiguous> && chunks > 0)
     CHECK(ws_rows == 2 * comm.size() * ((p.local_rows() + std::min<i64>(chunks, p.local_rows()) - 1) / std::min<i64>(chunks, p.local_rows())));
@@ -171,7 +171,6 @@ TEST_CASE("2-GPU pipelined gather rejects bad input on each rank before any coll
     CHECK_THROWS_WITH_AS(pipe.gather(comm, p, cu.view(), lv, matrix_view<float>(out.data(), 23, w),
                                      matrix_view<float>(ws.data(), need, w), stream),
                          doctest::Contains("output"), headroom::invalid_argument);
-    CHECK_THROWS_WITH_AS(cp::cuda::gather_pipeline(4, -1), doctest::Contains("reserved_sms = -1"), headroom::invalid_argument);
     // The group is intact: a good call still gathers.
     pipe.gather(comm, p, cu.view(), lv, ov, matrix_view<float>(ws.data(), need, w), stream);
     stream.synchronize();

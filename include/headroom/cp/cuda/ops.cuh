@@ -76,12 +76,16 @@ class device_cu_seqlens {
 
 namespace detail {
 
+/// How many blocks a copy launches: as many as stay resident (each loops over tiles), or one per
+/// tile, so that blocks retire as they finish and a kernel of a higher-priority stream running
+/// beside the copy (the pipelined gather's collective) gets SMs at once.
+enum class grid_shape { resident, one_tile_per_block };
+
 /// Picks tile size and grid, then launches copy_rows_kernel with the vector type of `plan`.
-/// `rows`: output rows (input rows for a scattering source). `max_grid` > 0 caps the grid (the
-/// pipelined gather leaves SMs to the collective running beside the copy).
+/// `rows`: output rows (input rows for a scattering source).
 template <class Source>
 void launch_copy_rows(Source source, void const* in, void* out, std::int64_t rows, copy_plan const& plan,
-                      fill_pattern const& fill, stream_view s, char const* op, unsigned max_grid = 0) {
+                      fill_pattern const& fill, stream_view s, char const* op, grid_shape shape = grid_shape::resident) {
   if (rows == 0) return;
   // Tile indices are 32-bit and divided with fast_divmod (exact below 2^31).
   expects(plan.vectors_per_row < (std::int64_t{1} << 30), op, ": rows of ", plan.row_bytes,
@@ -94,8 +98,7 @@ void launch_copy_rows(Source source, void const* in, void* out, std::int64_t row
   HEADROOM_CUDA_TRY(cudaGetDevice(&device));
   HEADROOM_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   HEADROOM_CUDA_TRY(cudaDeviceGetAttribute(&threads_per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, device));
-  std::int64_t resident = static_cast<std::int64_t>(sms) * std::max(threads_per_sm / block_threads, 1);
-  if (max_grid > 0) resident = std::min<std::int64_t>(resident, max_grid);
+  std::int64_t const resident = static_cast<std::int64_t>(sms) * std::max(threads_per_sm / block_threads, 1);
 
   // Tiles of ~4K vectors keep the per-tile set-up (source rows, a barrier) small against the
   // copy. A small copy (a 16 MiB split) would leave most of the device idle with tiles that
@@ -112,7 +115,8 @@ void launch_copy_rows(Source source, void const* in, void* out, std::int64_t row
   bool const stage = tile_bytes + source.shared_bytes() <= 48 * 1024;
   std::size_t const shared = tile_bytes + (stage ? source.shared_bytes() : 0);
   std::int64_t const tiles = (rows + rows_per_tile - 1) / rows_per_tile;
-  auto const grid = static_cast<unsigned>(std::min(tiles, resident));
+  std::int64_t const blocks = shape == grid_shape::resident ? resident : std::int64_t{0x7fffffff};
+  auto const grid = static_cast<unsigned>(std::min(tiles, blocks));
 
   auto go = [&](auto vector_tag) {
     using V = typename decltype(vector_tag)::type;

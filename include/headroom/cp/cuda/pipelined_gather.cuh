@@ -2,25 +2,26 @@
 // gather_pipeline: the device gather with its reorder hidden behind the all-gather.
 //
 // cp::cuda::gather runs the all-gather, then the reorder: the reorder's time (a quarter of the
-// all-gather's at 128K x 4096 bf16, cp = 2) adds up. Here the local rows are cut into `chunks`
-// equal ranges; chunk c is all-gathered (on the caller's stream) into one of two rank-major
-// buffers while chunk c - 1 is scattered from the other buffer straight to its sequence
-// positions (on the pipeline's own stream), so the whole gather costs the all-gather plus the
-// placement of one chunk. Chunks are ranges of local rows, not whole sequences: the scatter
-// computes each row's destination, so chunks are equal whatever the packing.
+// all-gather's at 128K x 4096 bf16, cp = 2) adds up. Here:
+//   - this rank's own rows go straight from the local input to their sequence positions, on the
+//     caller's stream, while the first chunk travels (they never needed the network);
+//   - the local rows are cut into `chunks` equal ranges; chunk c is all-gathered into one of two
+//     rank-major buffers on the pipeline's collective stream while the peers' rows of chunk
+//     c - 1 are scattered from the other buffer to their sequence positions on the caller's
+//     stream. Chunks are ranges of local rows, not whole sequences: the scatter computes each
+//     row's destination, so chunks are equal whatever the packing.
+// So the gather costs the all-gather plus the placement of the peers' rows of one chunk. The
+// collective stream has the device's greatest priority and the scatters launch one block per
+// tile, so the all-gather's kernel gets SMs as soon as copy blocks retire.
 //
-// While a chunk is placed, the next all-gather's kernel must find SMs free: the scatter's grid
-// is capped at (SMs - reserved_sms) blocks, one per SM (the last chunk, with nothing beside it,
-// takes the whole device).
+//   cp::cuda::gather_pipeline pipe;                            // on the communicator's device; reuse it
+//   auto const rows = pipe.workspace_rows(p, row_bytes);       // query first: 2 x cp x chunk rows
+//   pipe.gather(comm, p, cu, local, out, workspace, s);       // stream-ordered on s, host never waits
 //
-//   cp::cuda::gather_pipeline pipe;                        // on the communicator's device; reuse it
-//   auto const rows = pipe.workspace_rows(p);              // query first: 2 x cp x chunk rows
-//   pipe.gather(comm, p, cu, local, out, workspace, s);   // stream-ordered on s, host never waits
-//
-// The pipeline owns a non-blocking stream and four events; calls on one pipeline must not
-// overlap (one per thread, like a cuBLAS handle). Capturable in a CUDA graph (the side stream
-// forks from and joins `s` through events). Arguments are checked on each rank before anything
-// is enqueued; as for cp::cuda::gather, ranks must pass the same batch.
+// The pipeline owns a stream and four events; calls on one pipeline must not overlap (one per
+// thread, like a cuBLAS handle). Capturable in a CUDA graph (the collective stream forks from and
+// joins `s` through events). Arguments are checked on each rank before anything is enqueued; as
+// for cp::cuda::gather, ranks must pass the same batch.
 #include <algorithm>
 #include <array>
 #include <cstddef>
@@ -30,6 +31,7 @@
 #include "headroom/core/error.hpp"
 #include "headroom/cp/cuda/gather.cuh"
 #include "headroom/cp/cuda/ops.cuh"
+#include "headroom/cuda/check.hpp"
 #include "headroom/cuda/event.hpp"
 #include "headroom/cuda/stream.hpp"
 
@@ -37,25 +39,20 @@ namespace headroom::cp::cuda {
 
 class gather_pipeline {
  public:
-  /// Chunks when none are asked for: enough that one chunk's placement is a small tail, few
-  /// enough that each all-gather stays large (min_chunk_bytes per rank).
-  static constexpr int max_default_chunks = 16;
-  static constexpr std::size_t min_chunk_bytes = std::size_t{8} << 20;
-  static constexpr int default_reserved_sms = 32;
+  /// Chunks when none are asked for: one per min_chunk_bytes of local rows, at most
+  /// max_default_chunks (more chunks shorten the exposed tail, but each all-gather gets smaller).
+  static constexpr int max_default_chunks = 4;
+  static constexpr std::size_t min_chunk_bytes = std::size_t{64} << 20;
 
-  /// `chunks` <= 0: chosen per call from the local bytes (at most max_default_chunks, each at
-  /// least min_chunk_bytes per rank). `reserved_sms`: SMs the placement leaves to the collective.
-  explicit gather_pipeline(int chunks = 0, int reserved_sms = default_reserved_sms)
-      : chunks_(chunks), reserved_sms_(reserved_sms) {
-    expects(reserved_sms >= 0, "cp::cuda::gather_pipeline: reserved_sms = ", reserved_sms, ", expected >= 0");
-  }
+  /// `chunks` <= 0: chosen per call from the local bytes. Creates the collective stream on the
+  /// current device.
+  explicit gather_pipeline(int chunks = 0) : chunks_(chunks), collective_(greatest_priority()) {}
 
   /// The number of chunks a gather of `local_rows` rows of `row_bytes` bytes uses.
   [[nodiscard]] std::int64_t chunks_for(std::int64_t local_rows, std::size_t row_bytes) const noexcept {
     if (local_rows <= 0) return 1;
     if (chunks_ > 0) return std::min<std::int64_t>(chunks_, local_rows);
-    auto const bytes = static_cast<std::size_t>(local_rows) * row_bytes;
-    auto const k = static_cast<std::int64_t>(bytes / min_chunk_bytes);
+    auto const k = static_cast<std::int64_t>(static_cast<std::size_t>(local_rows) * row_bytes / min_chunk_bytes);
     return std::clamp<std::int64_t>(k, 1, std::min<std::int64_t>(max_default_chunks, local_rows));
   }
   /// Workspace rows gather() needs: two rank-major buffers of cp x (local rows of one chunk);
@@ -83,57 +80,60 @@ class gather_pipeline {
       std::size_t const row = local.row_bytes();
       std::int64_t const need = workspace_rows(p, row);
       auto const plan = detail::expect_gather_workspace<V>(local, out, workspace, op);
+      auto const own_plan = plan_copy<V>(row, {{"local input", local.data}, {"output", out.data}}, op);
       expects(workspace.rows >= need, op, ": workspace has ", workspace.rows, " rows, expected at least ", need,
               " (workspace_rows: 2 buffers x cp ", p.cp_size(), " x ", need / 2 / p.cp_size(), " local rows per chunk)");
-      if (p.local_rows() == 0) return;
-      std::int64_t const chunks = chunks_for(p.local_rows(), row);
-      std::int64_t const per_chunk = chunk_rows(p.local_rows(), chunks);
-      unsigned const capped = placement_grid();
+      std::int64_t const rows = p.local_rows();
+      if (rows == 0) return;
+      int const cp = p.cp_size(), rank = p.cp_rank();
+      std::int64_t const chunks = chunks_for(rows, row);
+      std::int64_t const per_chunk = chunk_rows(rows, chunks);
+      auto const spread = detail::grid_shape::one_tile_per_block;
+      auto const place = [&](int rank0, std::int64_t local0, std::int64_t block, T const* from, std::int64_t count,
+                             copy_plan const& pl) {
+        detail::rank_major_destination<L, I> dst{cu.data, p.sequences(), p.global_rows(), cp, rank0, local0, block};
+        detail::launch_copy_rows(dst, from, out.data, count, pl, {}, s, op, spread);
+      };
 
-      // Fork: the side stream starts after everything already on s (the local rows, earlier uses of out).
+      // Fork: the collective stream starts after everything already on s (the local rows, earlier uses of out).
       start_.record(s);
-      start_.wait_on(side_.view());
+      start_.wait_on(collective_.view());
+      place(rank, 0, rows, local.data, rows, own_plan);  // own rows, beside the first all-gather
       for (std::int64_t c = 0; c < chunks; ++c) {
         std::int64_t const local0 = c * per_chunk;
-        std::int64_t const m = std::min(per_chunk, p.local_rows() - local0);
+        std::int64_t const m = std::min(per_chunk, rows - local0);
         if (m <= 0) break;
         auto const b = static_cast<std::size_t>(c % 2);
-        T* const buffer = workspace.row(static_cast<std::int64_t>(b) * p.cp_size() * per_chunk);
-        if (c >= 2) placed_[b].wait_on(s);  // the buffer's previous chunk is in place
+        T* const buffer = workspace.row(static_cast<std::int64_t>(b) * cp * per_chunk);
+        if (c >= 2) placed_[b].wait_on(collective_.view());  // the buffer's previous chunk is placed
         comm.all_gather(std::span<std::byte const>(reinterpret_cast<std::byte const*>(local.row(local0)),
                                                    static_cast<std::size_t>(m) * row),
-                        std::span<std::byte>(reinterpret_cast<std::byte*>(buffer), static_cast<std::size_t>(p.cp_size() * m) * row),
-                        s);
-        landed_[b].record(s);
-        landed_[b].wait_on(side_.view());
-        detail::rank_major_destination<L, I> dst{cu.data, p.sequences(), p.global_rows(), p.cp_size(), 0, local0, m};
-        bool const last = local0 + m >= p.local_rows();
-        detail::launch_copy_rows(dst, buffer, out.data, p.cp_size() * m, plan, {}, side_.view(), op, last ? 0u : capped);
-        placed_[b].record(side_.view());
+                        std::span<std::byte>(reinterpret_cast<std::byte*>(buffer), static_cast<std::size_t>(cp * m) * row),
+                        collective_.view());
+        landed_[b].record(collective_.view());
+        landed_[b].wait_on(s);  // joins the collective stream back into s
+        // The peers' rows of the chunk: ranks [0, rank) and (rank, cp) of the rank-major buffer.
+        if (rank > 0) place(0, local0, m, buffer, rank * m, plan);
+        if (rank + 1 < cp) place(rank + 1, local0, m, buffer + (rank + 1) * m * local.width, (cp - 1 - rank) * m, plan);
+        placed_[b].record(s);
       }
-      // Join: s continues once every chunk is in place.
-      placed_[0].wait_on(s);
-      placed_[1].wait_on(s);
     }
   }
 
   [[nodiscard]] int chunks() const noexcept { return chunks_; }
-  [[nodiscard]] int reserved_sms() const noexcept { return reserved_sms_; }
 
  private:
   [[nodiscard]] static std::int64_t chunk_rows(std::int64_t local_rows, std::int64_t chunks) noexcept {
     return (local_rows + chunks - 1) / chunks;
   }
-  [[nodiscard]] unsigned placement_grid() const {
-    int device = 0, sms = 0;
-    HEADROOM_CUDA_TRY(cudaGetDevice(&device));
-    HEADROOM_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    return static_cast<unsigned>(std::max(sms - reserved_sms_, std::max(sms / 4, 1)));
+  [[nodiscard]] static headroom::cuda::stream_options greatest_priority() {
+    int least = 0, greatest = 0;
+    HEADROOM_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    return {.non_blocking = true, .priority = greatest};
   }
 
   int chunks_;
-  int reserved_sms_;
-  headroom::cuda::stream side_;
+  headroom::cuda::stream collective_;
   headroom::cuda::event start_;
   std::array<headroom::cuda::event, 2> landed_;
   std::array<headroom::cuda::event, 2> placed_;

@@ -204,7 +204,10 @@ class device_reducer {
     }
     HEADROOM_CUDA_TRY(cudaMemcpyAsync(slot(k) + reduce_plan::max_header_words, result, size_ * sizeof(std::int64_t),
                                       cudaMemcpyDeviceToHost, s.get()));
-    events_[ku].record(s);
+    // Under capture a plain record is only a fork/join marker inside the graph; an external
+    // record becomes an event-record node, so the host can poll the event after each launch.
+    HEADROOM_CUDA_TRY(cudaEventRecordWithFlags(events_[ku].get(), s.get(),
+                                               capturing ? cudaEventRecordExternal : cudaEventRecordDefault));
     last_stream_[ku] = s;
     return pending_type(this, k, ++generation_[ku]);
   }
