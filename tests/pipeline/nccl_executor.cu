@@ -185,7 +185,7 @@ TEST_CASE("NCCL: the step does not block the host; released buffers are back in 
 
 TEST_CASE("NCCL: the last stage's device peak does not grow with m under none, and grows by the outputs under all") {
   require_two_gpus();
-  toy::dims const d{.width = 64, .rows = 256};  // 64 KiB per tensor
+  toy::dims const d{.width = 512, .rows = 1024};  // 2 MiB per tensor: no pool rounding to hide behind
   std::map<std::pair<int, bool>, std::int64_t> high;  // (m, keeps outputs) -> last rank's pool high-water
   std::mutex mutex;
   auto const run = [&]<class R>(int m, R) {
@@ -204,7 +204,12 @@ TEST_CASE("NCCL: the last stage's device peak does not grow with m under none, a
       auto result = exec.step(stage, R{});
       s.synchronize();
       auto const peak = headroom::stats::cuda::mem_pool_stats(memory).get<"allocated_bytes.all.peak">() - before;
-      CHECK(peak >= exec.plan(R{}).rank(comm.rank()).peak);  // the pool rounds up, never down
+      // The memory model against the device: the pool's high-water mark over the step is the
+      // predicted peak (the pool may round up, never down; issue 13 allows 5 %).
+      auto const predicted = exec.plan(R{}).rank(comm.rank()).peak;
+      CHECK(peak >= predicted);
+      CHECK_MESSAGE(peak <= predicted + predicted / 20, "rank ", comm.rank(), ": pool peak ", peak, " B, predicted ",
+                    predicted, " B");
       if (comm.rank() == 1) {
         CHECK(result.outputs.size() == (R::keeps_outputs ? static_cast<std::size_t>(m) : 0u));
         std::lock_guard lock(mutex);
@@ -222,7 +227,7 @@ TEST_CASE("NCCL: the last stage's device peak does not grow with m under none, a
   CAPTURE(none8);
   CAPTURE(all2);
   CAPTURE(all8);
-  CHECK(none8 - none2 < out / 2);  // nothing held per micro-batch
+  CHECK(none8 - none2 < out / 2);  // nothing held per micro-batch (none8 == none2 when nothing rounds)
   CHECK(all8 - all2 >= 6 * out);   // six more outputs kept
 }
 
