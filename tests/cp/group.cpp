@@ -12,8 +12,11 @@
 #include "headroom/cp/output.hpp"
 #include "headroom/host/thread_group.hpp"
 #include "random_batch.hpp"
+#include "views.hpp"
 
 using namespace headroom;
+using cp_test::cview;
+using cp_test::mview;
 using cp::contiguous;
 using cp::dual_chunk;
 using cp::matrix_view;
@@ -23,14 +26,6 @@ using host::launch;
 using host::thread_communicator;
 
 namespace {
-template <class T>
-matrix_view<T const> cview(std::vector<T> const& v, i64 width) {
-  return {v.data(), static_cast<i64>(v.size()) / width, width};
-}
-template <class T>
-matrix_view<T> mview(std::vector<T>& v, i64 width) {
-  return {v.data(), static_cast<i64>(v.size()) / width, width};
-}
 // Every rank rebuilds the same batch from a shared seed.
 template <class L>
 std::pair<cp::padding, std::vector<float>> shared_batch(std::uint64_t seed, int cp_size, i64 width) {

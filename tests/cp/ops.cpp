@@ -7,10 +7,15 @@
 #include <string>
 #include <vector>
 
+#include "common/throws.hpp"
 #include "headroom/cp/ops.hpp"
 #include "random_batch.hpp"
+#include "views.hpp"
 
 using namespace headroom;
+using headroom_test::throws_with;
+using cp_test::cview;
+using cp_test::mview;
 using cp::contiguous;
 using cp::dual_chunk;
 using cp::matrix_view;
@@ -18,14 +23,6 @@ using cp::partition;
 using cp_test::i64;
 
 namespace {
-template <class T>
-matrix_view<T const> cview(std::vector<T> const& v, i64 width) {
-  return {v.data(), static_cast<i64>(v.size()) / width, width};
-}
-template <class T>
-matrix_view<T> mview(std::vector<T>& v, i64 width) {
-  return {v.data(), static_cast<i64>(v.size()) / width, width};
-}
 template <class L, class T>
 std::vector<T> split_all_and_gather(partition<L> const& p, std::vector<T> const& x, i64 width) {
   std::vector<T> flat(x.size()), out(x.size());
@@ -201,17 +198,6 @@ TEST_CASE("bad input to the ops: shapes, overlap and mismatched padding") {
   std::vector<int> const cu{0, 8, 20};
   partition<> p(cu, 2, 0);
   std::vector<float> g(40), l(20);
-  auto throws_with = [](auto&& f, std::string const& needle) {
-    try {
-      f();
-    } catch (invalid_argument const& e) {
-      std::string const what = e.what();
-      INFO(what);
-      CHECK(what.find(needle) != std::string::npos);
-      return;
-    }
-    FAIL("expected invalid_argument containing: " << needle);
-  };
   // A tensor whose rows do not match cu_seqlens.
   throws_with([&] { cp::split(p, matrix_view<float const>(g.data(), 19, 2), mview(l, 2)); },
               "global input has shape [19, 2], expected [20, 2]");

@@ -8,10 +8,12 @@
 #include <string>
 #include <vector>
 
+#include "common/throws.hpp"
 #include "headroom/cp/partition.hpp"
 #include "headroom/cp/padding.hpp"
 
 using namespace headroom;
+using headroom_test::throws_with;
 using cp::contiguous;
 using cp::dual_chunk;
 using cp::partition;
@@ -146,17 +148,6 @@ TEST_CASE("describe() prints the layout, rank and local boundaries") {
 
 TEST_CASE("bad input: every case names the value and what was expected") {
   std::vector<int> good{0, 8, 20};
-  auto throws_with = [](auto&& f, std::string const& needle) {
-    try {
-      f();
-    } catch (invalid_argument const& e) {
-      std::string const what = e.what();
-      INFO(what);
-      CHECK(what.find(needle) != std::string::npos);
-      return;
-    }
-    FAIL("expected invalid_argument containing: " << needle);
-  };
   throws_with([&] { partition<>(good, 0, 0); }, "cp_size = 0, expected >= 1");
   throws_with([&] { partition<>(good, -2, 0); }, "cp_size = -2");
   throws_with([&] { partition<>(good, 2, 2); }, "cp_rank = 2 out of range [0, 2)");
