@@ -160,3 +160,22 @@ TEST_CASE("kept outputs count against the next step until the caller drops them"
   CHECK(second_holding == predicted + static_cast<std::int64_t>(4 * logits_bytes));  // PyTorch's "until the next step"
   CHECK(third_dropped == predicted);
 }
+
+TEST_CASE("kept outputs stay valid when the executor is moved") {
+  hp::pipeline_shape const shape{.stages = 2, .microbatches = 3};
+  hp::model_bytes const bytes(std::vector<hp::stage_bytes>(2, {.activations = 16, .output = 32}));
+  auto const sched = hp::make_schedule<hp::gpipe>(shape);
+  headroom::host::launch(2, [&](thread_communicator& comm) {
+    counted resource;
+    std::vector<hp::executor<thread_communicator, counted>> executors;
+    executors.emplace_back(comm, resource, sched, bytes);
+    tagging_stage stage;
+    auto result = executors.back().step(stage, hp::retention::all{});
+    auto moved = std::move(executors.back());
+    executors.clear();
+    CHECK(moved.statistics().bytes().value == (comm.rank() == 1 ? 3 * 32 : 0));
+    result.outputs.clear();  // released through the moved executor's counters
+    CHECK(moved.statistics().bytes().value == 0);
+    CHECK(resource.bytes().value == 0);
+  });
+}

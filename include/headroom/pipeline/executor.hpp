@@ -29,9 +29,10 @@
 // device-side blocking p2p is safe with one host thread per rank.
 //
 // Lifetime: outputs kept under retention::all are guards over the executor's counting resource,
-// so the executor must outlive the step_result that holds them.
+// so the executor (which may be moved) must outlive the step_result that holds them.
 #include <concepts>
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <span>
 #include <utility>
@@ -113,7 +114,7 @@ class executor {
   /// model_bytes entry per virtual stage, a communicator of p ranks.
   executor(Comm& comm, Resource& resource, schedule s, model_bytes bytes, Stream compute, Stream comm_stream)
       : comm_(&comm),
-        counted_(detail::resource_ref<Resource>(resource)),
+        counted_(std::make_unique<counting_resource>(detail::resource_ref<Resource>(resource))),
         schedule_(std::move(s)),
         bytes_(std::move(bytes)),
         compute_(compute),
@@ -134,7 +135,7 @@ class executor {
   [[nodiscard]] schedule const& get_schedule() const noexcept { return schedule_; }
   [[nodiscard]] int rank() const noexcept { return rank_; }
   /// The counters of everything this executor holds (bytes, allocations; peaks per window).
-  [[nodiscard]] counting_resource& statistics() noexcept { return counted_; }
+  [[nodiscard]] counting_resource& statistics() noexcept { return *counted_; }
 
   /// The memory model's prediction for this executor's schedule and sizes.
   template <output_retention R>
@@ -227,7 +228,7 @@ class executor {
 
   [[nodiscard]] std::optional<buffer> allocate(std::size_t bytes) {
     if (bytes == 0) return std::nullopt;
-    return std::optional<buffer>(std::in_place, counted_, compute_, bytes);
+    return std::optional<buffer>(std::in_place, *counted_, compute_, bytes);
   }
   [[nodiscard]] static std::span<std::byte> view(std::optional<buffer>& b) noexcept {
     return b ? std::span<std::byte>(static_cast<std::byte*>(b->data()), b->size()) : std::span<std::byte>{};
@@ -261,7 +262,7 @@ class executor {
   }
 
   Comm* comm_;
-  counting_resource counted_;
+  std::unique_ptr<counting_resource> counted_;  // at a fixed address: kept outputs point to it
   schedule schedule_;
   model_bytes bytes_;
   Stream compute_;
