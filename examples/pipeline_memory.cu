@@ -21,11 +21,9 @@
 #include <string>
 #include <vector>
 
-#include <headroom/nccl/bootstrap.hpp>
+#include <headroom/nccl.hpp>
 #include <headroom/pipeline/cuda.hpp>
-#include <headroom/stats.hpp>
-#include <headroom/stats/cuda/sources.hpp>
-#include <headroom/stats/cuda/staging.hpp>
+#include <headroom/stats/cuda.hpp>
 
 namespace cu = headroom::cuda;
 namespace hp = headroom::pipeline;
