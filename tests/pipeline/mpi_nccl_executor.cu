@@ -9,16 +9,15 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <span>
 #include <string>
 #include <vector>
 
+#include "common/mpi_gpu.hpp"
 #include "device_toy.cuh"
 #include "headroom/cuda/async_resource.hpp"
 #include "headroom/cuda/device.hpp"
 #include "headroom/cuda/stream.hpp"
 #include "headroom/mpi/communicator.hpp"
-#include "headroom/mpi/nccl_bootstrap.hpp"
 
 namespace cu = headroom::cuda;
 namespace nc = headroom::nccl;
@@ -29,27 +28,9 @@ namespace {
 
 mpi::environment const env;
 
-mpi::communicator& world() {
-  static mpi::communicator w = mpi::communicator::world();
-  return w;
-}
-
-// This rank's GPU, or -1 on every rank when some rank has none (so all fail alike).
-int my_device() {
-  static int const device = [] {
-    int const local = mpi::local_rank(world());
-    std::int32_t const ok[1] = {local < cu::device_count() ? 1 : 0};
-    std::int32_t all_ok[1] = {0};
-    world().all_reduce(std::span<std::int32_t const>(ok), std::span<std::int32_t>(all_ok), headroom::reduce_op::min);
-    return all_ok[0] == 1 ? local : -1;
-  }();
-  return device;
-}
-
-nc::communicator& nccl() {
-  static nc::communicator c = mpi::make_nccl_communicator(world(), my_device());
-  return c;
-}
+mpi::communicator& world() { return headroom_test::mpi_world(); }
+int my_device() { return headroom_test::mpi_rank_device(); }
+nc::communicator& nccl() { return headroom_test::mpi_world_nccl(); }
 
 void require_setup() {
   REQUIRE_MESSAGE(world().size() == 2, "run under mpiexec -n 2; got ", world().size(), " ranks");
