@@ -1,23 +1,13 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
-#include <fstream>
-#include <sstream>
 #include <string>
+
+#include "common/source_file.hpp"
 
 // README.md quotes examples/readme_usage.cpp (built and run as a test) and gives the commands
 // that .ci/run executes; this keeps the quote and the commands from drifting.
-namespace {
-
-std::string read_source(std::string const& relative) {
-  std::ifstream in(std::string(HEADROOM_SOURCE_DIR) + "/" + relative);
-  REQUIRE_MESSAGE(in.good(), ("cannot open " + relative));
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
-}
-
-}  // namespace
+using headroom_test::read_source;
 
 TEST_CASE("README quotes examples/readme_usage.cpp verbatim") {
   std::string const readme = read_source("README.md");

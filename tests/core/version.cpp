@@ -1,22 +1,15 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
-#include <fstream>
-#include <sstream>
 #include <string>
 
+#include "common/source_file.hpp"
 #include "headroom/version.hpp"
 
 // The version lives in four places; this test keeps them equal to include/headroom/version.hpp.
-namespace {
+using headroom_test::read_source;
 
-std::string read_source(std::string const& relative) {
-  std::ifstream in(std::string(HEADROOM_SOURCE_DIR) + "/" + relative);
-  REQUIRE_MESSAGE(in.good(), ("cannot open " + relative));
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
-}
+namespace {
 
 // The text that follows the first occurrence of `key` (after spaces, '=' and ':'), up to the next
 // quote, space or ')': enough for `VERSION 1.2.3`, `version = "1.2.3"` and `"version": "1.2.3"`.
