@@ -8,5 +8,6 @@
 #include "headroom/pool/models.hpp"
 #include "headroom/pool/plan.hpp"
 #include "headroom/pool/policies.hpp"
+#include "headroom/pool/pool_stats.hpp"
 #include "headroom/pool/unit_pool.hpp"
 #include "headroom/pool/workload.hpp"

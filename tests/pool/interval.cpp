@@ -182,3 +182,18 @@ TEST_CASE("bad input gets a clear error") {
   CHECK(contains(message_of([&] { validate(make_plan<max>(w), training_order(w)); }), "N = 0"));
   CHECK_THROWS_AS(validate(p, execution_order{"e", {}}), invalid_argument);
 }
+
+TEST_CASE("units_sharing_bytes and order_positions describe an interval plan") {
+  workload w{"five", {}, {}};
+  for (int u = 0; u < 5; ++u) w.units.push_back({"u" + std::to_string(u), {elements_of(dtype::bf16, 1000)}});
+  auto const p = make_interval_plan(w, {training_order(w), evaluation_order(w)});
+  auto const sharing = units_sharing_bytes(p);
+  REQUIRE(sharing.size() == 5);
+  // A path of equal units: one side at the bottom, the other at the top of two units' bytes.
+  CHECK(sharing[0] == std::vector<std::uint32_t>{2, 4});
+  CHECK(sharing[1] == std::vector<std::uint32_t>{3});
+  for (std::size_t u = 0; u < 5; ++u)
+    for (auto v : sharing[u]) CHECK((v + u) % 2 == 0);  // never two neighbours in the orders
+  CHECK(order_positions(p, 4) == "train@4,5; eval@4");
+  CHECK(units_sharing_bytes(make_plan<max>(w))[0].empty());
+}

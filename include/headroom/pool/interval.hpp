@@ -289,6 +289,42 @@ template <padding_policy Padding = no_padding>
   return make_interval_plan(w, std::span<execution_order const>(orders.begin(), orders.size()), options, padding);
 }
 
+/// For every unit of an interval plan, the units whose byte range (first bucket to last)
+/// overlaps its own: the units that must never be held together with it. Empty lists for
+/// fixed / max plans (their units never share a slot at once).
+[[nodiscard]] inline std::vector<std::vector<std::uint32_t>> units_sharing_bytes(plan const& p) {
+  std::size_t const n = p.unit_count();
+  std::vector<std::vector<std::uint32_t>> out(n);
+  if (p.resident == 0) return out;
+  std::vector<detail::byte_range> extent(n, {UINT64_MAX, 0});
+  for (std::size_t u = 0; u < n; ++u)
+    for (auto shape : p.bucket_shape[u]) {
+      if (shape == no_shape) continue;
+      auto const& sl = p.slots[shape];
+      extent[u].begin = std::min(extent[u].begin, sl.offset);
+      extent[u].end = std::max(extent[u].end, sl.offset + sl.bytes);
+    }
+  for (std::uint32_t u = 0; u < n; ++u)
+    for (std::uint32_t v = u + 1; v < n; ++v)
+      if (extent[u].begin < extent[v].end && extent[v].begin < extent[u].end) {
+        out[u].push_back(v);
+        out[v].push_back(u);
+      }
+  return out;
+}
+
+/// "train@3,172; eval@3": where unit `u` appears in the plan's orders (for messages).
+[[nodiscard]] inline std::string order_positions(plan const& p, std::size_t u) {
+  std::string out;
+  for (auto const& o : p.orders) {
+    std::string here;
+    for (std::size_t i = 0; i < o.units.size() && here.size() < 40; ++i)
+      if (o.units[i] == u) here += (here.empty() ? "" : ",") + std::to_string(i);
+    if (!here.empty()) out += (out.empty() ? "" : "; ") + o.name + "@" + here;
+  }
+  return out;
+}
+
 /// Where an order breaks a plan: two units resident together (within `resident` consecutive
 /// entries starting at `position`) whose buckets share bytes (interval plans) or whose demand
 /// for one slot shape exceeds its buffers (fixed / max plans).

@@ -56,52 +56,13 @@
 #include "headroom/core/event.hpp"
 #include "headroom/core/resource.hpp"
 #include "headroom/core/stream.hpp"
+#include "headroom/pool/detail/release_events.hpp"
+#include "headroom/pool/interval.hpp"
 #include "headroom/pool/plan.hpp"
 #include "headroom/pool/policies.hpp"
+#include "headroom/pool/pool_stats.hpp"
 
 namespace headroom::pool {
-
-namespace detail {
-/// Throws E with the concatenated parts. For hot paths: `if (!ok) [[unlikely]] fail<E>(...)`
-/// keeps the message arguments out of the common path.
-template <class E, class... Parts>
-[[noreturn]] void fail(Parts const&... parts) {
-  throw E(headroom::detail::concat(parts...));
-}
-}  // namespace detail
-
-struct pool_stats {
-  std::size_t slots_total = 0;
-  std::size_t slots_in_use = 0;
-  std::size_t slots_in_use_peak = 0;
-  std::uint64_t arena_bytes = 0;
-  std::uint64_t persistent_bytes = 0;    ///< persistent buffers of buckets without a slot
-  std::uint64_t bytes_reserved = 0;      ///< arena + persistent
-  std::uint64_t fallback_bytes_in_use = 0;  ///< dynamic buffers held now
-  std::uint64_t fallback_bytes_peak = 0;
-  std::uint64_t acquisitions = 0;        ///< acquire calls that took slots or buffers (not re-fetches)
-  std::uint64_t refetches = 0;           ///< acquire calls on a unit already held
-  std::uint64_t releases = 0;
-  std::uint64_t moves = 0;               ///< strict: buckets that could not take their pinned group
-  std::uint64_t cross_stream_waits = 0;  ///< device-side waits issued at acquire
-  std::uint64_t fallback_allocations = 0;
-  std::uint64_t off_trace_fallbacks = 0;  ///< interval plans: acquires served outside the arena
-  std::uint64_t release_events = 0;       ///< events recorded at release (one per release)
-
-  friend std::ostream& operator<<(std::ostream& os, pool_stats const& s) {
-    return os << "slots " << s.slots_in_use << "/" << s.slots_total << " (peak " << s.slots_in_use_peak
-              << "), reserved " << format_bytes(s.bytes_reserved) << " (arena " << format_bytes(s.arena_bytes)
-              << ", persistent " << format_bytes(s.persistent_bytes) << "), fallback in use "
-              << format_bytes(s.fallback_bytes_in_use) << " (peak " << format_bytes(s.fallback_bytes_peak)
-              << "), acquisitions " << s.acquisitions << ", refetches " << s.refetches << ", releases "
-              << s.releases << ", moves " << s.moves << ", cross-stream waits " << s.cross_stream_waits
-              << ", fallback allocations " << s.fallback_allocations << ", off-trace fallbacks "
-              << s.off_trace_fallbacks << ", release events " << s.release_events;
-  }
-};
-
-/// What a lease covers: a unit of the plan, or a non-unit bucket.
-enum class target_kind : std::uint8_t { unit, non_unit };
 
 template <class Stream, class Event, class Upstream, class Assignment = strict, class NonUnit = dynamic,
           class ReleaseOrder = record_at_release, class OffTrace = reject_off_trace>
@@ -289,12 +250,12 @@ class unit_pool {
     // Recorded first (may throw a CUDA error): the lease stays valid when it does.
     std::uint32_t event = none;
     if (t.holders == 1 && t.in_arena) {
-      event = free_events_.back();
+      event = events_.next();
       if constexpr (!ReleaseOrder::lazy) {
         events_[event].record(s);
         ++stats_.release_events;
       }
-      free_events_.pop_back();
+      events_.claim();
     }
     l.pool_ = nullptr;
     if (--t.holders > 0) return;
@@ -307,7 +268,7 @@ class unit_pool {
         sl.pending = true;
         sl.waited = false;
         sl.event = event;
-        ++event_refs_[event];
+        events_.hold(event);
         sl.holder = none;
         free_mask_[plan_.slots[st.slot].shape] |= std::uint64_t{1} << plan_.slots[st.slot].group;
         st.slot = none;
@@ -319,7 +280,7 @@ class unit_pool {
         stats_.fallback_bytes_in_use -= st.bytes;
       }
     }
-    if (event != none && event_refs_[event] == 0) free_events_.push_back(event);  // nothing pooled was freed
+    if (event != none) events_.unclaim_if_unheld(event);  // nothing pooled was freed
     t.in_arena = false;
   }
 
@@ -378,7 +339,7 @@ class unit_pool {
       s.pending = false;
       s.event = none;
     }
-    reset_events();
+    events_.reset();
   }
   /// Free slots whose release event has not been waited on yet.
   [[nodiscard]] std::size_t pending_release_events() const noexcept {
@@ -388,7 +349,7 @@ class unit_pool {
   }
   /// Distinct release events some free slot still waits on (one per release, however many
   /// slots it freed).
-  [[nodiscard]] std::size_t busy_release_events() const noexcept { return events_.size() - free_events_.size(); }
+  [[nodiscard]] std::size_t busy_release_events() const noexcept { return events_.busy(); }
 
   /// Leases held on unit `u` now (0: free).
   [[nodiscard]] std::uint32_t holders(std::size_t u) const {
@@ -512,9 +473,7 @@ class unit_pool {
     slots_.resize(plan_.slots.size());
     // One event per release; an event is busy while a free slot still refers to it, so there are
     // never more busy events than slots, and a release always finds a free one.
-    events_ = std::vector<Event>(plan_.slots.size());
-    event_refs_.assign(plan_.slots.size(), 0);
-    reset_events();
+    events_ = detail::release_events<Event>(plan_.slots.size());
     if (plan_.resident > 0) build_overlaps();
     std::uint64_t const all = plan_.buffers == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << plan_.buffers) - 1;
     free_mask_.assign(plan_.shapes.size(), all);
@@ -669,32 +628,14 @@ class unit_pool {
   // A slot stops waiting on its release event; the event is free once no slot waits on it.
   void forget_event(slot_state& sl) noexcept {
     sl.pending = false;
-    if (sl.event != none && --event_refs_[sl.event] == 0) free_events_.push_back(sl.event);
+    if (sl.event != none) events_.drop(sl.event);
     sl.event = none;
   }
-  void reset_events() {
-    std::fill(event_refs_.begin(), event_refs_.end(), 0);
-    free_events_.clear();
-    for (auto e = static_cast<std::uint32_t>(events_.size()); e-- > 0;) free_events_.push_back(e);
-  }
 
-  // Interval plans: for every unit, the units whose byte range overlaps its own.
+  // Interval plans: the units sharing bytes with each unit, and how many slots an acquire may
+  // have to wait on (its own and theirs).
   void build_overlaps() {
-    std::vector<std::pair<std::uint64_t, std::uint64_t>> extent(unit_count_, {UINT64_MAX, 0});
-    for (std::size_t u = 0; u < unit_count_; ++u)
-      for (auto shape : plan_.bucket_shape[u]) {
-        if (shape == no_shape) continue;
-        auto const& sl = plan_.slots[shape];
-        extent[u].first = std::min(extent[u].first, sl.offset);
-        extent[u].second = std::max(extent[u].second, sl.offset + sl.bytes);
-      }
-    overlaps_.assign(unit_count_, {});
-    for (std::uint32_t u = 0; u < unit_count_; ++u)
-      for (std::uint32_t v = u + 1; v < unit_count_; ++v)
-        if (extent[u].first < extent[v].second && extent[v].first < extent[u].second) {
-          overlaps_[u].push_back(v);
-          overlaps_[v].push_back(u);
-        }
+    overlaps_ = units_sharing_bytes(plan_);
     wait_slots_.assign(unit_count_, 0);
     for (std::uint32_t u = 0; u < unit_count_; ++u) {
       wait_slots_[u] = targets_[u].bucket_count;
@@ -703,16 +644,7 @@ class unit_pool {
   }
 
   [[noreturn]] void fail_off_trace(std::uint32_t u, std::uint32_t held) const {
-    auto positions = [&](std::uint32_t x) {
-      std::string out;
-      for (auto const& o : plan_.orders) {
-        std::string here;
-        for (std::size_t i = 0; i < o.units.size() && here.size() < 40; ++i)
-          if (o.units[i] == x) here += (here.empty() ? "" : ",") + std::to_string(i);
-        if (!here.empty()) out += (out.empty() ? "" : "; ") + o.name + "@" + here;
-      }
-      return out;
-    };
+    auto positions = [&](std::uint32_t x) { return order_positions(plan_, x); };
     detail::fail<logic_error>("unit_pool::acquire: ", describe_target(u), " (", positions(u), ") shares arena bytes with ",
                               describe_target(held), " (", positions(held), "), which is held, at acquisition ",
                               stats_.acquisitions + 1, " of plan '", plan_.workload_name,
@@ -770,9 +702,7 @@ class unit_pool {
   std::vector<target_state> targets_;  // units, then non-unit buckets
   std::vector<bucket_state> buckets_;
   std::vector<slot_state> slots_;
-  std::vector<Event> events_;
-  std::vector<std::uint32_t> event_refs_;   // per event: free slots still waiting on it
-  std::vector<std::uint32_t> free_events_;  // events no slot refers to
+  detail::release_events<Event> events_{0};
   std::vector<std::vector<std::uint32_t>> overlaps_;  // interval plans: units sharing bytes
   std::vector<std::size_t> wait_slots_;               // interval plans: own + sharing units' slots
   std::vector<std::uint64_t> free_mask_;  // per shape: bit g set = group g free
