@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <random>
 #include <span>
 #include <string>
 #include <vector>
@@ -228,4 +229,49 @@ TEST_CASE("interval plan: a plan that is not one the pool understands is rejecte
   bad.resident = 0;  // one buffer but no residency: neither kind of plan
   CHECK(contains(error_of<invalid_argument>([&] { host_unit_pool<> p(bad, host::aligned_resource{}, hs); }),
                  "not a plan made by make_plan or make_interval_plan"));
+}
+
+TEST_CASE_TEMPLATE("interval plan, any order: held leases never share memory (reject or fall back)", OffTrace,
+                   reject_off_trace, fallback_off_trace) {
+  std::mt19937_64 rng(5);
+  std::size_t off_trace = 0;  // over all trials: the random orders do leave the registered one
+  for (int trial = 0; trial < 40; ++trial) {
+    workload w{"random", {}, {}};
+    std::size_t const n = 2 + rng() % 12;
+    for (std::size_t u = 0; u < n; ++u) {
+      unit un{"u" + std::to_string(u), {}};
+      for (std::size_t b = 0, k = 1 + rng() % 3; b < k; ++b) un.buckets.push_back(bf16(1 + rng() % 5000));
+      w.units.push_back(std::move(un));
+    }
+    std::size_t const resident = 2 + rng() % 2;
+    using pool_type = unit_pool<host::inline_stream, host::inline_event, host::aligned_resource, strict, dynamic,
+                                record_at_release, OffTrace>;
+    pool_type p(make_interval_plan(w, {training_order(w)}, {.resident = resident}), host::aligned_resource{}, hs);
+    std::vector<typename pool_type::lease> held(n);
+    std::size_t rejected = 0;
+    for (int op = 0; op < 200; ++op) {
+      std::size_t const u = rng() % n;
+      if (held[u].valid()) {
+        p.release(held[u], hs);
+        continue;
+      }
+      try {
+        held[u] = p.acquire(u, hs);
+      } catch (logic_error const&) {
+        ++rejected;
+        continue;
+      }
+      for (std::size_t v = 0; v < n; ++v)
+        if (v != u && held[v].valid())
+          for (std::size_t a = 0; a < held[u].size(); ++a)
+            for (std::size_t b = 0; b < held[v].size(); ++b) CHECK_FALSE(overlap(held[u].bytes(a), held[v].bytes(b)));
+    }
+    if constexpr (OffTrace::fallback) CHECK(rejected == 0);
+    off_trace += rejected + p.stats().off_trace_fallbacks;
+    for (auto& l : held)
+      if (l.valid()) p.release(l, hs);
+    CHECK(p.stats().slots_in_use == 0);
+    CHECK(p.stats().fallback_bytes_in_use == 0);
+  }
+  CHECK(off_trace > 0);
 }
