@@ -16,8 +16,8 @@
 //   serial         cp::cuda::gather: one all-gather into a workspace, then the reorder kernel
 //   pipelined/K    cp::cuda::gather_pipeline with K chunks (autoK: the library's choice): own
 //                  rows placed beside the all-gather, peers' rows of chunk c-1 beside chunk c's
-//   p2p_in_place   a peer, written here: one ncclGroup of send/recv per (sequence, chunk) straight
-//                  into the sequence positions, plus a kernel placing the own rows
+//   in_place       cp::cuda::gather_in_place: one ncclGroup of send/recv per (sequence, chunk)
+//                  straight into the sequence positions, plus a kernel placing the own rows
 // Each output is compared with the serial gather's, byte for byte, before timing. Timing: both
 // ranks run a short spin kernel, then the op between two events; rank 0's medians.
 //
@@ -37,12 +37,12 @@
 #include <string>
 #include <vector>
 
+#include "headroom/cp/cuda/in_place_gather.cuh"
 #include "headroom/cp/cuda/ops.cuh"
 #include "headroom/cp/cuda/pipelined_gather.cuh"
 #include "headroom/cuda/device.hpp"
 #include "headroom/nccl/bootstrap.hpp"
 #include "headroom/nccl/communicator.hpp"
-#include "headroom/nccl/group.hpp"
 #include "headroom/cp/partition.hpp"
 #include "headroom/cuda/check.hpp"
 #include "headroom/cuda/stream.hpp"
@@ -202,33 +202,6 @@ struct gather_result {
   double ms;
 };
 
-/// dual_chunk: rank r's local rows of sequence i are its chunks r and 2cp-1-r, back to back
-/// (the order each peer sends them in and receives the peer's).
-void p2p_in_place(nccl::communicator& comm, std::vector<i64> const& cu, bf16 const* local, bf16* out, i64 width,
-                  cp::partition<> const& p, cp::cuda::device_cu<i64> dcu, cp::copy_plan const& plan, headroom::cuda::stream_view s) {
-  int const cp_size = comm.size(), rank = comm.rank();
-  auto const row = static_cast<std::size_t>(width);
-  {
-    nccl::group g;
-    for (int peer = 0; peer < cp_size; ++peer) {
-      if (peer == rank) continue;
-      for (std::size_t i = 0; i + 1 < cu.size(); ++i) {
-        i64 const len = cu[i + 1] - cu[i], c = len / (2 * cp_size), local0 = cu[i] / cp_size;
-        if (c == 0) continue;
-        // One send per recv: NCCL matches them one to one, in order.
-        comm.send(std::span<bf16 const>(local + local0 * width, c * row), peer, s);
-        comm.send(std::span<bf16 const>(local + (local0 + c) * width, c * row), peer, s);
-        comm.recv(std::span<bf16>(out + (cu[i] + peer * c) * width, c * row), peer, s);
-        comm.recv(std::span<bf16>(out + (cu[i] + (2 * cp_size - 1 - peer) * c) * width, c * row), peer, s);
-      }
-    }
-    g.end();
-  }
-  cp::cuda::detail::rank_major_destination<cp::dual_chunk, i64> own{dcu.data, p.sequences(), p.global_rows(), cp_size, rank, 0,
-                                                                    p.local_rows()};
-  cp::cuda::detail::launch_copy_rows(own, local, out, p.local_rows(), plan, {}, s, "p2p_in_place");
-}
-
 std::vector<gather_result> gather_on_two_gpus(options const& o, std::string& device_name, std::vector<std::string>& notes) {
   std::vector<gather_result> results;
   std::mutex m;
@@ -264,7 +237,6 @@ std::vector<gather_result> gather_on_two_gpus(options const& o, std::string& dev
       auto const ov = cp::matrix_view<bf16>(static_cast<bf16*>(out.p), p.global_rows(), sh.width);
       auto const rv = cp::matrix_view<bf16>(static_cast<bf16*>(ref.p), p.global_rows(), sh.width);
       auto const wv = cp::matrix_view<bf16>(static_cast<bf16*>(ws.p), p.global_rows(), sh.width);
-      auto const plan = cp::plan_copy<cp::vector_policy::require_16>(row, {{"local", local.p}, {"out", out.p}}, "bench");
 
       cp::cuda::gather<cp::vector_policy::require_16>(comm, p, dcu.view(), lv, rv, wv, s);  // the reference
       auto check_same = [&](std::string const& what) {
@@ -303,14 +275,15 @@ std::vector<gather_result> gather_on_two_gpus(options const& o, std::string& dev
         check_same(name);
         time_it(name, run);
       }
-      auto p2p = [&] { p2p_in_place(comm, cu, static_cast<bf16 const*>(local.p), static_cast<bf16*>(out.p), sh.width, p, dcu.view(), plan, s); };
-      p2p();
-      check_same("p2p_in_place");
-      time_it("p2p_in_place", p2p);
+      auto in_place = [&] { cp::cuda::gather_in_place<cp::vector_policy::require_16>(comm, p, dcu.view(), lv, ov, s); };
+      in_place();
+      check_same("in_place");
+      time_it("in_place", in_place);
       if (comm.rank() == 0) {
         std::lock_guard lock(m);
         notes.push_back(std::to_string(sh.tokens) + " x " + std::to_string(sh.width) + ": " + std::to_string(p.sequences()) +
-                        " sequences");
+                        " sequences, in-place messages of " +
+                        std::to_string(cp::cuda::in_place_message_bytes(p, row) >> 20) + " MiB on average");
       }
       stream.synchronize();
     }

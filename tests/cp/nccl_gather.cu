@@ -12,6 +12,7 @@
 
 #include "device_buffer.hpp"
 #include "headroom/cp/cuda/gather.cuh"
+#include "headroom/cp/cuda/in_place_gather.cuh"
 #include "headroom/cp/cuda/pipelined_gather.cuh"
 #include "headroom/cuda/async_resource.hpp"
 #include "headroom/cuda/device.hpp"
@@ -149,6 +150,31 @@ TEST_CASE("2-GPU pipelined gather (all-gather of chunk c beside the placement of
   });
 }
 
+TEST_CASE("2-GPU in-place gather (send/recv straight to the sequence positions) equals the host tensor") {
+  auto const devices = two_devices();
+  nccl::launch_per_device(devices, [](nccl::communicator& comm) {
+    for (std::uint64_t seed : {11u, 12u, 13u, 14u}) {
+      auto check = [&](auto tag, i64 width, auto layout) {
+        using T = decltype(tag);
+        using L = decltype(layout);
+        headroom::cuda::stream stream;
+        gather_case<L, T> const g(comm, seed, width);
+        cp::cuda::device_cu_seqlens cu(g.pad.padded_cu_seqlens(), stream);
+        device_vector<T> d_local(g.local), d_out(g.x.size());
+        cp::cuda::gather_in_place(comm, g.p, cu.view(), matrix_view<T const>(d_local.data(), g.p.local_rows(), width),
+                                  matrix_view<T>(d_out.data(), g.p.global_rows(), width), stream);
+        stream.synchronize();
+        CHECK(same_bytes(d_out.download(), g.x));
+        if constexpr (std::same_as<L, dual_chunk>) CHECK(cp::cuda::in_place_message_bytes(g.p, width * sizeof(T)) > 0);
+      };
+      check(__nv_bfloat16{}, 64, dual_chunk{});
+      check(float{}, 3, dual_chunk{});
+      check(std::uint8_t{}, 5, dual_chunk{});
+      check(__nv_bfloat16{}, 64, contiguous{});
+    }
+  });
+}
+
 TEST_CASE("2-GPU pipelined gather rejects bad input on each rank before any collective") {
   auto const devices = two_devices();
   nccl::launch_per_device(devices, [](nccl::communicator& comm) {
@@ -170,6 +196,8 @@ TEST_CASE("2-GPU pipelined gather rejects bad input on each rank before any coll
                          doctest::Contains("workspace has width 8, expected 4"), headroom::invalid_argument);
     CHECK_THROWS_WITH_AS(pipe.gather(comm, p, cu.view(), lv, matrix_view<float>(out.data(), 23, w),
                                      matrix_view<float>(ws.data(), need, w), stream),
+                         doctest::Contains("output"), headroom::invalid_argument);
+    CHECK_THROWS_WITH_AS(cp::cuda::gather_in_place(comm, p, cu.view(), lv, matrix_view<float>(out.data(), 23, w), stream),
                          doctest::Contains("output"), headroom::invalid_argument);
     // The group is intact: a good call still gathers.
     pipe.gather(comm, p, cu.view(), lv, ov, matrix_view<float>(ws.data(), need, w), stream);

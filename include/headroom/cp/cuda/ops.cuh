@@ -20,9 +20,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <span>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "headroom/core/error.hpp"
 #include "headroom/cp/copy_plan.hpp"
@@ -81,6 +83,41 @@ namespace detail {
 /// beside the copy (the pipelined gather's collective) gets SMs at once.
 enum class grid_shape { resident, one_tile_per_block };
 
+/// copy_rows_kernel for `Source` at a vector width, as a plain function pointer (for queries).
+template <class Source>
+[[nodiscard]] void const* copy_kernel_of(std::size_t vector_bytes) noexcept {
+  switch (vector_bytes) {
+    case 16: return reinterpret_cast<void const*>(&copy_rows_kernel<typename vector_of<16>::type, Source>);
+    case 8: return reinterpret_cast<void const*>(&copy_rows_kernel<typename vector_of<8>::type, Source>);
+    case 4: return reinterpret_cast<void const*>(&copy_rows_kernel<typename vector_of<4>::type, Source>);
+    case 2: return reinterpret_cast<void const*>(&copy_rows_kernel<typename vector_of<2>::type, Source>);
+    default: return reinterpret_cast<void const*>(&copy_rows_kernel<typename vector_of<1>::type, Source>);
+  }
+}
+
+/// Blocks of `kernel` resident on `device` at once (SMs x blocks per SM, as registers and
+/// threads allow), queried once per kernel and device. Shared memory is left out: a block's tile
+/// buffer and staged boundaries are small against an SM's, unless a batch has thousands of
+/// sequences (then a grid may take a second wave, as before).
+[[nodiscard]] inline std::int64_t resident_blocks(void const* kernel, int device) {
+  struct entry {
+    void const* kernel;
+    int device;
+    std::int64_t blocks;
+  };
+  static std::mutex m;
+  static std::vector<entry> cache;
+  std::lock_guard lock(m);
+  for (auto const& e : cache)
+    if (e.kernel == kernel && e.device == device) return e.blocks;
+  int sms = 0, per_sm = 0;
+  HEADROOM_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  HEADROOM_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block_threads, 0));
+  std::int64_t const blocks = static_cast<std::int64_t>(sms) * std::max(per_sm, 1);
+  cache.push_back({kernel, device, blocks});
+  return blocks;
+}
+
 /// Picks tile size and grid, then launches copy_rows_kernel with the vector type of `plan`.
 /// `rows`: output rows (input rows for a scattering source).
 template <class Source>
@@ -92,13 +129,13 @@ void launch_copy_rows(Source source, void const* in, void* out, std::int64_t row
           " bytes are too wide (at most 2^30 - 1 vectors per row)");
   auto const vpr = static_cast<std::uint32_t>(plan.vectors_per_row);
 
-  // Grid: as many blocks as the device keeps resident at full thread occupancy (two device
-  // attribute reads, no occupancy query on the launch path); a grid-stride loop covers the rest.
-  int device = 0, sms = 0, threads_per_sm = 0;
+  // Grid: as many blocks as the device keeps resident (a grid-stride loop covers the rest). The
+  // kernel's registers, not its threads, bound that: on an H200, 4 blocks of 256 threads per SM
+  // (58 registers a thread), not 8 (ncu, 16K x 4096 split at cp = 8: a grid sized for 8 ran in
+  // 1.94 waves). The occupancy query runs once per kernel and device; launches read the cache.
+  int device = 0;
   HEADROOM_CUDA_TRY(cudaGetDevice(&device));
-  HEADROOM_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  HEADROOM_CUDA_TRY(cudaDeviceGetAttribute(&threads_per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, device));
-  std::int64_t const resident = static_cast<std::int64_t>(sms) * std::max(threads_per_sm / block_threads, 1);
+  std::int64_t const resident = resident_blocks(copy_kernel_of<Source>(plan.vector_bytes), device);
 
   // Tiles of ~4K vectors keep the per-tile set-up (source rows, a barrier) small against the
   // copy. A small copy (a 16 MiB split) would leave most of the device idle with tiles that
