@@ -69,8 +69,12 @@ long long cycles_for_us(int device, int us) {
   return static_cast<long long>(khz) * us / 1000;
 }
 
-tr::profiler_config config_for(fs::path const& dir, int rank) {
-  return {.enabled = true, .steps = {1}, .output_dir = dir, .coordinates = {{"dp", rank}, {"cp", 0}}, .device = 0};
+tr::profiler_config config_for(fs::path const& dir, nccl::communicator const& comm) {
+  return {.enabled = true,
+          .steps = {1},
+          .output_dir = dir,
+          .coordinates = {{"dp", comm.rank()}, {"cp", 0}},
+          .device = comm.device()};
 }
 
 struct result {
@@ -86,7 +90,7 @@ using traced_pool = tr::recording_resource<cuda::async_resource, tr::recorder<>>
 template <class Policy>
 result forum_case(nccl::communicator& comm, fs::path const& dir, char const* name) {
   int const rank = comm.rank();
-  tr::profiler prof(config_for(dir / name, rank));
+  tr::profiler prof(config_for(dir / name, comm));
   cuda::async_resource pool(comm.device());
   traced_pool activations(pool, prof.recorder(), tr::categories::activation);
   cuda::stream compute, comm_stream;
@@ -137,7 +141,7 @@ result forum_case(nccl::communicator& comm, fs::path const& dir, char const* nam
 template <class G>
 result cp_case(nccl::communicator& comm, fs::path const& dir, char const* name) {
   int const rank = comm.rank();
-  tr::profiler prof(config_for(dir / name, rank));
+  tr::profiler prof(config_for(dir / name, comm));
   cuda::async_resource pool(comm.device());
   traced_pool model(pool, prof.recorder(), tr::categories::activation);
   traced_pool logits(pool, prof.recorder(), tr::categories::cp_logits);
