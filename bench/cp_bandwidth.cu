@@ -14,7 +14,7 @@
 // device gather against the bare ncclAllGather of the same bytes (the target: <= 1.1x):
 //   all_gather     ncclAllGather of the local rows into a [T, w] buffer (rank-major): the floor
 //   serial         cp::cuda::gather: one all-gather into a workspace, then the reorder kernel
-//   pipelined/K    cp::cuda::gather_pipeline with K chunks (autoK: the library's choice): own
+//   pipelined/K    cp::cuda::gather_pipeline with K chunks (defaultK: the library's default): own
 //                  rows placed beside the all-gather, peers' rows of chunk c-1 beside chunk c's
 //   in_place       cp::cuda::gather_in_place: one ncclGroup of send/recv per (sequence, chunk)
 //                  straight into the sequence positions, plus a kernel placing the own rows
@@ -266,11 +266,11 @@ std::vector<gather_result> gather_on_two_gpus(options const& o, std::string& dev
       check_same("serial");
       for (int chunks : {0, 1, 2, 4, 8}) {
         cp::cuda::gather_pipeline pipe(chunks);
-        i64 const rows = pipe.workspace_rows(p, row);
+        i64 const rows = pipe.workspace_rows(p);
         auto const pw = cp::matrix_view<bf16>(static_cast<bf16*>(ws.p), rows, sh.width);
         auto run = [&] { pipe.gather<cp::vector_policy::require_16>(comm, p, dcu.view(), lv, ov, pw, s); };
         run();
-        std::string const name = "pipelined/" + (chunks == 0 ? "auto" + std::to_string(pipe.chunks_for(p.local_rows(), row))
+        std::string const name = "pipelined/" + (chunks == 0 ? "default" + std::to_string(pipe.chunks_for(p.local_rows()))
                                                               : std::to_string(chunks));
         check_same(name);
         time_it(name, run);

@@ -101,9 +101,12 @@ void pipelined_round_trip(nccl::communicator& comm, std::uint64_t seed, i64 widt
   auto const& [shared, pad, x, p, local] = g;
   cp::cuda::device_cu_seqlens cu(pad.padded_cu_seqlens(), stream);
   cp::cuda::gather_pipeline pipe(chunks);
-  i64 const ws_rows = pipe.workspace_rows(p, static_cast<std::size_t>(width) * sizeof(T));
-  if (!std::same_as<L, contiguous> && chunks > 0)
-    CHECK(ws_rows == 2 * comm.size() * ((p.local_rows() + std::min<i64>(chunks, p.local_rows()) - 1) / std::min<i64>(chunks, p.local_rows())));
+  i64 const ws_rows = pipe.workspace_rows(p);
+  if (!std::same_as<L, contiguous>) {
+    i64 const k = chunks <= 0 ? 1 : std::min<i64>(chunks, p.local_rows());
+    CHECK(pipe.chunks_for(p.local_rows()) == k);
+    CHECK(ws_rows == std::min<i64>(2, k) * comm.size() * ((p.local_rows() + k - 1) / k));
+  }
   device_vector<T> d_local(local), d_out(x.size()), d_ws(static_cast<std::size_t>(ws_rows * width) + 1);
   auto run = [&] {
     pipe.gather(comm, p, cu.view(), matrix_view<T const>(d_local.data(), p.local_rows(), width),
@@ -144,7 +147,7 @@ TEST_CASE("2-GPU pipelined gather (all-gather of chunk c beside the placement of
         pipelined_round_trip<dual_chunk, std::uint8_t>(comm, seed, 5, chunks);
       }
       pipelined_round_trip<contiguous, __nv_bfloat16>(comm, seed, 64, 4);
-      pipelined_round_trip<dual_chunk, __nv_bfloat16>(comm, seed, 64, 0);  // chunks chosen from the bytes
+      pipelined_round_trip<dual_chunk, __nv_bfloat16>(comm, seed, 64, 0);  // the default: one chunk
     }
     pipelined_round_trip<dual_chunk, __nv_bfloat16>(comm, 8, 64, 5, true);
   });
@@ -184,7 +187,7 @@ TEST_CASE("2-GPU pipelined gather rejects bad input on each rank before any coll
     cp::cuda::device_cu_seqlens cu(cu_host, stream);
     cp::cuda::gather_pipeline pipe(2);
     i64 const w = 4;
-    i64 const need = pipe.workspace_rows(p, w * sizeof(float));
+    i64 const need = pipe.workspace_rows(p);
     CHECK(need == 2 * 2 * 6);
     device_vector<float> local(static_cast<std::size_t>(p.local_rows() * w)), out(static_cast<std::size_t>(24 * w)),
         ws(static_cast<std::size_t>(need * w));

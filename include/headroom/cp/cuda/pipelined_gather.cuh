@@ -5,17 +5,17 @@
 // all-gather's at 128K x 4096 bf16, cp = 2) adds up. Here:
 //   - this rank's own rows go straight from the local input to their sequence positions, on the
 //     caller's stream, while the first chunk travels (they never needed the network);
-//   - the local rows are cut into `chunks` equal ranges; chunk c is all-gathered into one of two
-//     rank-major buffers on the pipeline's collective stream while the peers' rows of chunk
-//     c - 1 are scattered from the other buffer to their sequence positions on the caller's
-//     stream. Chunks are ranges of local rows, not whole sequences: the scatter computes each
-//     row's destination, so chunks are equal whatever the packing.
+//   - the local rows are cut into `chunks` equal ranges (one by default); chunk c is
+//     all-gathered into one of two rank-major buffers on the pipeline's collective stream while
+//     the peers' rows of chunk c - 1 are scattered from the other buffer to their sequence
+//     positions on the caller's stream. Chunks are ranges of local rows, not whole sequences:
+//     the scatter computes each row's destination, so chunks are equal whatever the packing.
 // So the gather costs the all-gather plus the placement of the peers' rows of one chunk. The
 // collective stream has the device's greatest priority and the scatters launch one block per
 // tile, so the all-gather's kernel gets SMs as soon as copy blocks retire.
 //
 //   cp::cuda::gather_pipeline pipe;                            // on the communicator's device; reuse it
-//   auto const rows = pipe.workspace_rows(p, row_bytes);       // query first: 2 x cp x chunk rows
+//   auto const rows = pipe.workspace_rows(p);                  // query first: cp x chunk rows x (1 or 2)
 //   pipe.gather(comm, p, cu, local, out, workspace, s);       // stream-ordered on s, host never waits
 //
 // The pipeline owns a stream and four events; calls on one pipeline must not overlap (one per
@@ -39,30 +39,25 @@ namespace headroom::cp::cuda {
 
 class gather_pipeline {
  public:
-  /// Chunks when none are asked for: one per min_chunk_bytes of local rows, at most
-  /// max_default_chunks (more chunks shorten the exposed tail, but each all-gather gets smaller).
-  static constexpr int max_default_chunks = 4;
-  static constexpr std::size_t min_chunk_bytes = std::size_t{64} << 20;
-
-  /// `chunks` <= 0: chosen per call from the local bytes. Creates the collective stream on the
-  /// current device.
+  /// `chunks` <= 0: one chunk (the fastest measured: 2x H200, cp = 2, 16K / 128K x 4096 and
+  /// 16K x 151936 bf16, docs/cp.md). More chunks bound the workspace to two chunks' rows, for
+  /// a little time. Creates the collective stream on the current device.
   explicit gather_pipeline(int chunks = 0) : chunks_(chunks), collective_(greatest_priority()) {}
 
-  /// The number of chunks a gather of `local_rows` rows of `row_bytes` bytes uses.
-  [[nodiscard]] std::int64_t chunks_for(std::int64_t local_rows, std::size_t row_bytes) const noexcept {
-    if (local_rows <= 0) return 1;
-    if (chunks_ > 0) return std::min<std::int64_t>(chunks_, local_rows);
-    auto const k = static_cast<std::int64_t>(static_cast<std::size_t>(local_rows) * row_bytes / min_chunk_bytes);
-    return std::clamp<std::int64_t>(k, 1, std::min<std::int64_t>(max_default_chunks, local_rows));
+  /// The number of chunks a gather of `local_rows` rows uses.
+  [[nodiscard]] std::int64_t chunks_for(std::int64_t local_rows) const noexcept {
+    if (local_rows <= 0 || chunks_ <= 0) return 1;
+    return std::min<std::int64_t>(chunks_, local_rows);
   }
-  /// Workspace rows gather() needs: two rank-major buffers of cp x (local rows of one chunk);
-  /// 0 for the contiguous layout (its all-gather lands in sequence order).
+  /// Workspace rows gather() needs: one rank-major buffer of cp x (local rows of one chunk) per
+  /// chunk in flight (two at most); 0 for the contiguous layout (its all-gather lands in order).
   template <layout_policy L>
-  [[nodiscard]] std::int64_t workspace_rows(partition<L> const& p, std::size_t row_bytes) const noexcept {
+  [[nodiscard]] std::int64_t workspace_rows(partition<L> const& p) const noexcept {
     if constexpr (std::same_as<L, contiguous>) {
       return 0;
     } else {
-      return 2 * p.cp_size() * chunk_rows(p.local_rows(), chunks_for(p.local_rows(), row_bytes));
+      std::int64_t const chunks = chunks_for(p.local_rows());
+      return std::min<std::int64_t>(2, chunks) * p.cp_size() * chunk_rows(p.local_rows(), chunks);
     }
   }
 
@@ -78,15 +73,15 @@ class gather_pipeline {
       comm.all_gather(detail::bytes_of(local), detail::bytes_of(out), s);
     } else {
       std::size_t const row = local.row_bytes();
-      std::int64_t const need = workspace_rows(p, row);
+      std::int64_t const need = workspace_rows(p);
       auto const plan = detail::expect_gather_workspace<V>(local, out, workspace, op);
       auto const own_plan = plan_copy<V>(row, {{"local input", local.data}, {"output", out.data}}, op);
       expects(workspace.rows >= need, op, ": workspace has ", workspace.rows, " rows, expected at least ", need,
-              " (workspace_rows: 2 buffers x cp ", p.cp_size(), " x ", need / 2 / p.cp_size(), " local rows per chunk)");
+              " (workspace_rows(p) for ", chunks_for(p.local_rows()), " chunks at cp ", p.cp_size(), ")");
       std::int64_t const rows = p.local_rows();
       if (rows == 0) return;
       int const cp = p.cp_size(), rank = p.cp_rank();
-      std::int64_t const chunks = chunks_for(rows, row);
+      std::int64_t const chunks = chunks_for(rows);
       std::int64_t const per_chunk = chunk_rows(rows, chunks);
       auto const spread = detail::grid_shape::one_tile_per_block;
       auto const place = [&](int rank0, std::int64_t local0, std::int64_t block, T const* from, std::int64_t count,
