@@ -18,7 +18,10 @@
 // them out: padded, each bucket aligned. With N = 2 and orders whose residency graph is
 // bipartite (training, evaluation and their union are paths), placing one side from the bottom
 // and the other from the top of an arena of exactly the bound is valid, so the plan meets it.
-// For N >= 3 several greedy placements are tried and the smallest kept.
+// For N >= 3 several greedy placements are tried and the smallest kept, among them N lanes as
+// large as their largest unit (never above MaxPool with N buffers when the orders allow lanes,
+// as training and evaluation do). N >= 3 cannot always meet the bound: with alternating unit
+// sizes a < b the optimum is 3b against a bound of 2b + a (docs/pool.md).
 //
 // The plan has buffers = 1 (one slot per bucket) and resident = N; unit_pool checks at acquire
 // that no unit sharing bytes with the acquired one is held (see OffTrace in policies.hpp).
