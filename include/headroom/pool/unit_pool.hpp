@@ -21,7 +21,8 @@
 // Interval plans (make_interval_plan: one slot per bucket, units that are never resident
 // together share bytes): acquiring a unit whose bytes a held unit occupies follows OffTrace
 // (reject_off_trace throws naming both units; fallback_off_trace takes upstream buffers and
-// counts them). Overlapping memory is never handed out.
+// counts them). Overlapping memory is never handed out. An acquire there waits on the releases
+// of the units sharing its bytes, except those its stream already waits on.
 //
 // Holding: acquiring a unit that is already held returns another lease on the same slots
 // (Megatron's re-fetch); the slots are freed when the last lease is released.
@@ -31,7 +32,8 @@
 // Synchronising calls: construction and destruction call the upstream (cuda::device_resource:
 // cudaMalloc / cudaFree; nccl::nccl_mem_resource: ncclMemAlloc / ncclMemFree; both deallocate
 // after cudaStreamSynchronize). Under NonUnit = dynamic, so do acquire and release of a target
-// with buckets outside the arena (units the plan leaves out, non-unit buckets): there the host
+// with buckets outside the arena (units the plan leaves out, non-unit buckets, and under
+// fallback_off_trace an off-trace acquire, whatever NonUnit is): there the host
 // does block, and in a process that drives several GPUs from threads such a call between
 // collectives can deadlock against a peer's NCCL kernel waiting for this rank. Build the pool
 // before the collectives and destroy it after; between collectives, acquire only pooled units,
