@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "common/device_vector.hpp"
 #include "headroom/core/event.hpp"
 #include "headroom/core/stream.hpp"
 #include "headroom/cuda/check.hpp"
@@ -151,9 +152,8 @@ TEST_CASE("event::wait_on orders another stream after the marked work, without b
   require_gpu();
   cu::stream producer;
   cu::stream consumer;
-  int* d = nullptr;
-  HEADROOM_CUDA_TRY(cudaMalloc(&d, 2 * sizeof(int)));
-  HEADROOM_CUDA_TRY(cudaMemset(d, 0, 2 * sizeof(int)));
+  headroom_test::device_vector<int> buf(2, 0);  // zeroed before the streams start
+  int* const d = buf.data();
   cu::event done;
   spin_then_write<<<1, 1, 0, producer.get()>>>(100 * ms, d, 42);
   done.record(producer);
@@ -162,11 +162,9 @@ TEST_CASE("event::wait_on orders another stream after the marked work, without b
   HEADROOM_CUDA_CHECK_LAST();
   CHECK_FALSE(consumer.ready());  // the host was not blocked: the copy is still waiting
   consumer.synchronize();
-  int got[2] = {0, 0};
-  HEADROOM_CUDA_TRY(cudaMemcpy(got, d, sizeof got, cudaMemcpyDeviceToHost));
+  auto const got = buf.download();
   CHECK(got[0] == 42);
   CHECK(got[1] == 42);  // the consumer ran after the producer's write
-  HEADROOM_CUDA_TRY(cudaFree(d));
 }
 
 TEST_CASE("timing events measure elapsed time; non-timing events refuse by name") {
