@@ -111,21 +111,26 @@ int main() {
   c120.pattern += "M-";
   auto const w120 = hp::models::make_workload(c120);
   std::vector<hp::execution_order> const orders120{hp::training_order(w120), hp::evaluation_order(w120)};
-  std::vector<double> ms;
-  for (int rep = 0; rep < 21; ++rep) {
-    auto const t0 = std::chrono::steady_clock::now();
-    auto const p = hp::make_interval_plan(w120, orders120, {.resident = 2});
-    auto const t1 = std::chrono::steady_clock::now();
-    if (p.arena_bytes == 0) return 1;
-    ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+  double plan120_ms[2] = {0, 0};  // N = 2, N = 3
+  for (std::size_t n : {2u, 3u}) {
+    std::vector<double> ms;
+    for (int rep = 0; rep < 21; ++rep) {
+      auto const t0 = std::chrono::steady_clock::now();
+      auto const p = hp::make_interval_plan(w120, orders120, {.resident = n});
+      auto const t1 = std::chrono::steady_clock::now();
+      if (p.arena_bytes == 0) return 1;
+      ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    }
+    std::sort(ms.begin(), ms.end());
+    plan120_ms[n - 2] = ms[ms.size() / 2];
   }
-  std::sort(ms.begin(), ms.end());
-  double const plan120_ms = ms[ms.size() / 2];
+  double const plan120 = std::max(plan120_ms[0], plan120_ms[1]);
 
   std::printf("targets: N=2 interval == bound on every row: %s; N=3 interval <= 1.10 x bound: %s (worst %.3f); "
-              "N=3 interval <= MaxPool: %s; %zu-unit plan %.3f ms (median of 21) < 10 ms: %s\n",
+              "N=3 interval <= MaxPool: %s; %zu-unit plan %.3f ms at N=2, %.3f ms at N=3 (medians of 21) < 10 ms: %s\n",
               n2_at_bound ? "met" : "NOT met", n3_within ? "met" : "NOT met", worst3,
-              n3_not_above_max ? "met" : "NOT met", w120.units.size(), plan120_ms, plan120_ms < 10.0 ? "met" : "NOT met");
+              n3_not_above_max ? "met" : "NOT met", w120.units.size(), plan120_ms[0], plan120_ms[1],
+              plan120 < 10.0 ? "met" : "NOT met");
 
   std::printf("{\"bench\":\"pool_footprint\",\"buffers\":2,\"rows\":[");
   for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -145,8 +150,9 @@ int main() {
         static_cast<unsigned long long>(r.bound3), static_cast<unsigned long long>(r.max3), r.plan_ms);
   }
   std::printf("],\"target_n2_at_bound\":%s,\"target_n3_within_1_10\":%s,\"n3_worst_ratio\":%.4f,"
-              "\"target_n3_not_above_max\":%s,\"plan_120_units_ms\":%.4f,\"target_plan_under_10ms\":%s}\n",
+              "\"target_n3_not_above_max\":%s,\"plan_120_units_ms\":%.4f,\"plan_120_units_n3_ms\":%.4f,"
+              "\"target_plan_under_10ms\":%s}\n",
               n2_at_bound ? "true" : "false", n3_within ? "true" : "false", worst3, n3_not_above_max ? "true" : "false",
-              plan120_ms, plan120_ms < 10.0 ? "true" : "false");
+              plan120_ms[0], plan120_ms[1], plan120 < 10.0 ? "true" : "false");
   return 0;
 }

@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
+#include <random>
 #include <span>
 #include <string>
 #include <string_view>
@@ -230,6 +231,16 @@ inline placement best_placement(std::span<std::uint64_t const> bytes, std::vecto
       consider(place(bytes, adj, *seq, sides, limit));
       consider(place(bytes, adj, *seq, bottom, limit));
     }
+  }
+  // Still above the bound: more placement orders, shuffled by a fixed generator (the same
+  // sequence on every rank and standard library: Fisher-Yates on raw mt19937_64 output).
+  std::mt19937_64 gen(0x9E3779B97F4A7C15ull);
+  std::vector<std::size_t> seq = in_order;
+  for (int trial = 0; trial < 256 && best.arena > bound; ++trial) {
+    for (std::size_t i = n; i > 1; --i) std::swap(seq[i - 1], seq[gen() % i]);
+    std::uint64_t const limit = align_up(best.arena - alignment, alignment);
+    consider(place(bytes, adj, seq, sides, std::max(limit, bound)));
+    consider(place(bytes, adj, seq, bottom, std::max(limit, bound)));
   }
   return best;
 }
