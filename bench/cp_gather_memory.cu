@@ -178,7 +178,9 @@ int main(int argc, char** argv) try {
       std::vector<std::int32_t> fits_host{full_need <= free_b ? 1 : 0};
       std::int32_t* fits = nullptr;
       HEADROOM_CUDA_TRY(cudaMalloc(&fits, sizeof(std::int32_t)));
-      HEADROOM_CUDA_TRY(cudaMemcpy(fits, fits_host.data(), sizeof(std::int32_t), cudaMemcpyHostToDevice));
+      // On `stream`: a legacy-stream cudaMemcpy may return before the bytes land, unordered
+      // against the all-reduce on the non-blocking stream.
+      HEADROOM_CUDA_TRY(cudaMemcpyAsync(fits, fits_host.data(), sizeof(std::int32_t), cudaMemcpyHostToDevice, stream.get()));
       comm.all_reduce(std::span<std::int32_t const>(fits, 1), std::span<std::int32_t>(fits, 1), reduce_op::min, stream);
       HEADROOM_CUDA_TRY(cudaMemcpyAsync(fits_host.data(), fits, sizeof(std::int32_t), cudaMemcpyDeviceToHost, stream.get()));
       stream.synchronize();
