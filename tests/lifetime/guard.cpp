@@ -61,6 +61,24 @@ struct race_result {
   bool overwrite_ran_before_reader = false;
 };
 
+// A guard of policy P on `owner` over n_bytes: deferred guards draw from the quarantine, the
+// others from the pool.
+template <class P>
+auto policy_guard(manual::resource& pool, mreclaimer& quarantine, mstream owner) {
+  if constexpr (std::is_same_v<P, deferred>)
+    return mdeferred_guard(quarantine, owner, n_bytes);
+  else
+    return mguard<P>(pool, owner, n_bytes);
+}
+
+// The scene most tests play in: a timeline with a compute and a comm stream, and a pool on it.
+struct scene {
+  manual::timeline t;
+  mstream compute = t.make_stream("compute");
+  mstream comm = t.make_stream("comm");
+  manual::resource pool{t};
+};
+
 // Takes the released block `p` again on `owner` and overwrites it there. The reader of the old
 // contents, queued before the release, must still see `expected`: the overwrite waits for it.
 void overwrite_after_reader(manual::timeline& t, manual::resource& pool, mstream owner, void* p,
@@ -104,11 +122,7 @@ race_result race(manual::timeline& t, Resource& res, mstream compute, mstream co
 
 }  // namespace
 
-TEST_CASE("stream_ordered: the owner stream waits on the device, memory is reused at once, the reader sees its data") {
-  manual::timeline t;
-  auto compute = t.make_stream("compute");
-  auto comm = t.make_stream("comm");
-  manual::resource pool(t);
+TEST_CASE_FIXTURE(scene, "stream_ordered: the owner stream waits on the device, memory is reused at once, the reader sees its data") {
   for (std::uint32_t seed : {1u, 2u, 3u}) {
     auto r = race<mguard<stream_ordered>>(t, pool, compute, comm, seed);
     CHECK(r.reused_same_block);
@@ -119,11 +133,7 @@ TEST_CASE("stream_ordered: the owner stream waits on the device, memory is reuse
   CHECK(pool.usage().reserved_high == n_bytes);  // one block served every allocation
 }
 
-TEST_CASE("negative control: a free without the wait lets the next owner overwrite the block under the reader") {
-  manual::timeline t;
-  auto compute = t.make_stream("compute");
-  auto comm = t.make_stream("comm");
-  manual::resource pool(t);
+TEST_CASE_FIXTURE(scene, "negative control: a free without the wait lets the next owner overwrite the block under the reader") {
   auto r = race<mguard<unordered>>(t, pool, compute, comm, 4);
   CHECK(r.reused_same_block);
   CHECK(r.overwrite_ran_before_reader);
@@ -131,11 +141,7 @@ TEST_CASE("negative control: a free without the wait lets the next owner overwri
   CHECK(r.seen == std::vector<std::int32_t>(n_values, -7));
 }
 
-TEST_CASE("stream_ordered: the owner's later work is held until the use stream reaches the mark") {
-  manual::timeline t;
-  auto compute = t.make_stream("compute");
-  auto comm = t.make_stream("comm");
-  manual::resource pool(t);
+TEST_CASE_FIXTURE(scene, "stream_ordered: the owner's later work is held until the use stream reaches the mark") {
   auto g = make_guard<stream_ordered>(pool, compute, n_bytes);
   static_assert(std::is_same_v<decltype(g), mguard<stream_ordered>>);
   bool later_ran = false;
@@ -152,11 +158,7 @@ TEST_CASE("stream_ordered: the owner's later work is held until the use stream r
   CHECK(t.host_waits() == 0);
 }
 
-TEST_CASE("deferred: the block waits in quarantine until the host sees the use complete, so memory grows") {
-  manual::timeline t;
-  auto compute = t.make_stream("compute");
-  auto comm = t.make_stream("comm");
-  manual::resource pool(t);
+TEST_CASE_FIXTURE(scene, "deferred: the block waits in quarantine until the host sees the use complete, so memory grows") {
   mreclaimer quarantine(pool);
 
   auto r = race<mdeferred_guard>(t, quarantine, compute, comm, 5);
@@ -191,11 +193,7 @@ TEST_CASE("deferred: the block waits in quarantine until the host sees the use c
   CHECK(t.host_waits() == 0);
 }
 
-TEST_CASE("blocking: the host waits for the use, then the block is reused") {
-  manual::timeline t;
-  auto compute = t.make_stream("compute");
-  auto comm = t.make_stream("comm");
-  manual::resource pool(t);
+TEST_CASE_FIXTURE(scene, "blocking: the host waits for the use, then the block is reused") {
   auto r = race<mguard<blocking>>(t, pool, compute, comm, 6);
   CHECK(r.reused_same_block);
   CHECK(r.seen == r.expected);
@@ -257,12 +255,7 @@ TEST_CASE_TEMPLATE("release without any use frees on the owner stream at once", 
   auto compute = t.make_stream("compute");
   manual::resource pool(t);
   mreclaimer quarantine(pool);
-  auto make = [&] {
-    if constexpr (std::is_same_v<P, deferred>)
-      return mdeferred_guard(quarantine, compute, n_bytes);
-    else
-      return mguard<P>(pool, compute, n_bytes);
-  };
+  auto make = [&] { return policy_guard<P>(pool, quarantine, compute); };
   auto g = make();
   void* p = g.data();
   REQUIRE(p != nullptr);
@@ -287,13 +280,7 @@ TEST_CASE_TEMPLATE("destroying a live guard releases it with its policy", P, str
   mreclaimer quarantine(pool);
   void* p = nullptr;
   {
-    auto make = [&] {
-      if constexpr (std::is_same_v<P, deferred>)
-        return mdeferred_guard(quarantine, compute, n_bytes);
-      else
-        return mguard<P>(pool, compute, n_bytes);
-    };
-    auto g = make();
+    auto g = policy_guard<P>(pool, quarantine, compute);
     p = g.data();
     t.submit(comm, [] {});
     g.use_on(comm);
@@ -315,11 +302,7 @@ TEST_CASE_TEMPLATE("destroying a live guard releases it with its policy", P, str
   CHECK(pool.usage().used_current == 0);
 }
 
-TEST_CASE("use on the owner stream needs no event; repeated use on a stream re-records once complete") {
-  manual::timeline t;
-  auto compute = t.make_stream("compute");
-  auto comm = t.make_stream("comm");
-  manual::resource pool(t);
+TEST_CASE_FIXTURE(scene, "use on the owner stream needs no event; repeated use on a stream re-records once complete") {
   auto g = make_guard(pool, compute, 64);
   g.use_on(compute);
   CHECK(g.use_count() == 0);
@@ -357,11 +340,7 @@ TEST_CASE("set_owner moves the free to another stream and still waits for the ol
   overwrite_after_reader(t, pool, b, p, seen, expected);  // held by the wait on a
 }
 
-TEST_CASE("move construction and assignment transfer ownership; assignment releases the target's block") {
-  manual::timeline t;
-  auto compute = t.make_stream("compute");
-  auto comm = t.make_stream("comm");
-  manual::resource pool(t);
+TEST_CASE_FIXTURE(scene, "move construction and assignment transfer ownership; assignment releases the target's block") {
   auto a = make_guard(pool, compute, 256);
   void* pa = a.data();
   t.submit(comm, [] {});
@@ -398,11 +377,7 @@ TEST_CASE("move construction and assignment transfer ownership; assignment relea
   CHECK(pool.usage().used_current == 0);
 }
 
-TEST_CASE("misuse throws logic_error naming the guard's state; bad arguments throw invalid_argument") {
-  manual::timeline t;
-  auto compute = t.make_stream("compute");
-  auto comm = t.make_stream("comm");
-  manual::resource pool(t);
+TEST_CASE_FIXTURE(scene, "misuse throws logic_error naming the guard's state; bad arguments throw invalid_argument") {
   auto g = make_guard(pool, compute, 100);
   g.release();
   CHECK_THROWS_WITH_AS(g.release(),
@@ -432,11 +407,7 @@ TEST_CASE("misuse throws logic_error naming the guard's state; bad arguments thr
                        invalid_argument);
 }
 
-TEST_CASE("a use stream may be destroyed after use_on: the guard keeps only the event") {
-  manual::timeline t;
-  auto compute = t.make_stream("compute");
-  auto comm = t.make_stream("comm");
-  manual::resource pool(t);
+TEST_CASE_FIXTURE(scene, "a use stream may be destroyed after use_on: the guard keeps only the event") {
   auto const expected = random_values(8);
   std::vector<std::int32_t> seen;
   auto g = make_guard(pool, compute, n_bytes, alignof(std::int32_t));
@@ -470,11 +441,7 @@ TEST_CASE("an owner stream gone before release: release throws and keeps the blo
   CHECK(pool.refused_frees() == 0);
 }
 
-TEST_CASE("destroying a guard whose owner stream is gone leaks the block rather than free it unordered") {
-  manual::timeline t;
-  auto compute = t.make_stream("compute");
-  auto comm = t.make_stream("comm");
-  manual::resource pool(t);
+TEST_CASE_FIXTURE(scene, "destroying a guard whose owner stream is gone leaks the block rather than free it unordered") {
   void* used = nullptr;
   void* unused = nullptr;
   {
@@ -512,11 +479,7 @@ TEST_CASE("zero-byte guards and printing") {
   CHECK(os.str() == "guard<stream_ordered>{released}");
 }
 
-TEST_CASE("deferred marks the use streams at the time of the free (record_stream); stream_ordered at the use") {
-  manual::timeline t;
-  auto compute = t.make_stream("compute");
-  auto comm = t.make_stream("comm");
-  manual::resource pool(t);
+TEST_CASE_FIXTURE(scene, "deferred marks the use streams at the time of the free (record_stream); stream_ordered at the use") {
   mreclaimer quarantine(pool);
 
   mdeferred_guard d(quarantine, compute, 64);
