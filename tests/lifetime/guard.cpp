@@ -218,29 +218,23 @@ TEST_CASE("the forum loop: peak reserved memory per policy when the device lags 
   std::size_t peak[3] = {};
   std::size_t waits[3] = {};
   {
-    manual::timeline t;
-    auto compute = t.make_stream("compute"), comm = t.make_stream("comm");
-    manual::resource pool(t);
-    run.operator()<mguard<stream_ordered>>(pool, t, compute, comm);
-    peak[0] = pool.usage().reserved_high;
-    waits[0] = t.host_waits();
+    scene s;
+    run.operator()<mguard<stream_ordered>>(s.pool, s.t, s.compute, s.comm);
+    peak[0] = s.pool.usage().reserved_high;
+    waits[0] = s.t.host_waits();
   }
   {
-    manual::timeline t;
-    auto compute = t.make_stream("compute"), comm = t.make_stream("comm");
-    manual::resource pool(t);
-    mreclaimer quarantine(pool);
-    run.operator()<mdeferred_guard>(quarantine, t, compute, comm);
-    peak[1] = pool.usage().reserved_high;
-    waits[1] = t.host_waits();
+    scene s;
+    mreclaimer quarantine(s.pool);
+    run.operator()<mdeferred_guard>(quarantine, s.t, s.compute, s.comm);
+    peak[1] = s.pool.usage().reserved_high;
+    waits[1] = s.t.host_waits();
   }
   {
-    manual::timeline t;
-    auto compute = t.make_stream("compute"), comm = t.make_stream("comm");
-    manual::resource pool(t);
-    run.operator()<mguard<blocking>>(pool, t, compute, comm);
-    peak[2] = pool.usage().reserved_high;
-    waits[2] = t.host_waits();
+    scene s;
+    run.operator()<mguard<blocking>>(s.pool, s.t, s.compute, s.comm);
+    peak[2] = s.pool.usage().reserved_high;
+    waits[2] = s.t.host_waits();
   }
   CHECK(peak[0] == 2 * n_bytes);             // two activations, whatever the lag
   CHECK(peak[1] == layers * n_bytes);  // every output that comm used stays reserved
