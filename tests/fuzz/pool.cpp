@@ -8,6 +8,13 @@
 //     two buckets of one unit never share a shape; padded sizes >= requested;
 //   - max pools every unit; fixed pools exactly the units of one class, the commonest;
 //   - the same input gives the same plan.
+// Interval plans (execution orders: training, evaluation, or arbitrary, N resident units):
+//   - one group; every bucket has its own aligned slot inside the arena, fitting it;
+//   - units resident together in a window of N entries of any registered order never share a
+//     byte (checked from the slots, and find_conflict agrees); the same input, the same plan;
+//   - a pool following a registered order never refuses an acquire and never hands out bytes
+//     a held unit owns; an acquire off the orders is a logic_error (reject_off_trace) or an
+//     upstream buffer (fallback_off_trace), and the pool is unchanged after a refusal.
 // Pool operations (when the arena is small): a held lease's buffers have the planned size,
 // pooled ones sit inside the arena; the buffers of different held units never overlap (a
 // byte pattern written at acquire is intact at release); can_acquire predicts acquire
@@ -20,6 +27,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -289,6 +297,137 @@ void run_categories(pool::workload const& w, pool::plan_options const& o, Paddin
     run_planners<pool::by_bytes>(w, o, pad, in);
 }
 
+// ---- interval plans -----------------------------------------------------------------------
+
+pool::execution_order draw_order(fuzz::input& in, std::size_t units) {
+  switch (in.in<int>(0, 3)) {
+    case 0: return pool::training_order(units);
+    case 1: return pool::evaluation_order(units);
+    default: {
+      pool::execution_order o{"random", {}};
+      for (int k = in.in<int>(0, 12); k > 0; --k) o.units.push_back(in.in<std::size_t>(0, units));  // == units: unknown
+      return o;
+    }
+  }
+}
+
+// Byte extent [first, last) of each unit's slots.
+std::vector<std::pair<std::uint64_t, std::uint64_t>> extents(pool::plan const& p) {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> out(p.unit_count(), {UINT64_MAX, 0});
+  for (std::size_t u = 0; u < p.unit_count(); ++u)
+    for (std::size_t b = 0; b < p.bucket_shape[u].size(); ++b) {
+      auto const& sl = p.slots[p.slot_index(0, p.bucket_shape[u][b])];
+      out[u].first = std::min(out[u].first, sl.offset);
+      out[u].second = std::max(out[u].second, sl.offset + sl.bytes);
+    }
+  return out;
+}
+
+void check_interval_plan(pool::plan const& p, pool::workload const& w, std::vector<pool::execution_order> const& orders,
+                         std::size_t resident, std::size_t alignment) {
+  FUZZ_CHECK(p.buffers == 1 && p.resident == resident && p.orders == orders && p.alignment == alignment);
+  FUZZ_CHECK(p.arena_bytes % alignment == 0 && p.pooled_units() == w.units.size());
+  for (std::size_t u = 0; u < w.units.size(); ++u)
+    for (std::size_t b = 0; b < w.units[u].buckets.size(); ++b) {
+      std::uint32_t const shape = p.bucket_shape[u][b];
+      FUZZ_CHECK(shape < p.shapes.size());
+      auto const& sl = p.slots[p.slot_index(0, shape)];
+      FUZZ_CHECK(sl.offset % alignment == 0 && sl.bytes >= p.bucket_bytes[u][b] && sl.bytes <= p.arena_bytes &&
+                 sl.offset <= p.arena_bytes - sl.bytes);
+      for (std::size_t c = 0; c < b; ++c) {  // buckets of one unit never overlap
+        auto const& other = p.slots[p.slot_index(0, p.bucket_shape[u][c])];
+        FUZZ_CHECK(sl.offset + sl.bytes <= other.offset || other.offset + other.bytes <= sl.offset);
+      }
+    }
+  auto const ext = extents(p);
+  for (auto const& o : orders) {
+    for (std::size_t i = 0; i < o.units.size(); ++i)
+      for (std::size_t j = i + 1; j < o.units.size() && j < i + resident; ++j) {
+        std::size_t const a = o.units[i], b = o.units[j];
+        if (a == b) continue;
+        FUZZ_CHECK(ext[a].second <= ext[b].first || ext[b].second <= ext[a].first);
+      }
+    FUZZ_CHECK(!pool::find_conflict(p, o).has_value());
+  }
+}
+
+// Follows order `o` with `resident` units alive, writing a tag into each unit's bytes and
+// checking it before release; then one acquire off the orders.
+template <class Pool>
+void follow_order(pool::plan const& p, pool::execution_order const& o, std::size_t resident, fuzz::input& in) {
+  inline_stream const s{};
+  Pool pl(p, {}, s);
+  struct held {
+    typename Pool::lease lease;
+    std::size_t unit;
+  };
+  std::vector<held> window;
+  auto tag_of = [](std::size_t u) { return static_cast<std::byte>(0x40 + u % 150); };
+  auto check_tag = [&](held const& h) {
+    for (std::size_t b = 0; b < h.lease.size(); ++b)
+      for (std::byte x : h.lease.bytes(b)) FUZZ_CHECK(x == tag_of(h.unit));
+  };
+  for (std::size_t u : o.units) {
+    while (window.size() > resident - 1) {  // N - 1 held while acquiring the next: N alive
+      check_tag(window.front());
+      pl.release(window.front().lease, s);
+      window.erase(window.begin());
+    }
+    bool const held_already = std::any_of(window.begin(), window.end(), [&](held const& h) { return h.unit == u; });
+    auto l = pl.acquire(u, s);  // a registered order never conflicts
+    if (!held_already)
+      for (std::size_t b = 0; b < l.size(); ++b) std::memset(l.bytes(b).data(), static_cast<int>(tag_of(u)), l.bytes(b).size());
+    window.push_back({std::move(l), u});
+    for (auto const& h : window) check_tag(h);
+  }
+  // Off the orders: any unit now, the pool either serves it or refuses with nothing changed.
+  std::size_t const u = in.in<std::size_t>(0, p.unit_count() - 1);
+  auto const before = pl.stats().slots_in_use;
+  try {
+    auto l = pl.acquire(u, s);
+    pl.release(l, s);
+  } catch (headroom::logic_error const&) {
+    FUZZ_CHECK(!Pool::off_trace_type::fallback && pl.stats().slots_in_use == before);
+  }
+  for (auto& h : window)
+    if (h.lease.valid()) pl.release(h.lease, s);
+  FUZZ_CHECK(pl.stats().slots_in_use == 0);
+}
+
+template <class Padding>
+void run_interval(pool::workload const& w, Padding const& pad, fuzz::input& in) {
+  // Known gap (docs/errors.md, reported to the pool's owner): make_interval_plan adds unit
+  // footprints without an overflow check, so two 2^63-byte units give an arena that wrapped
+  // around. Until it refuses them, the interval planner is fuzzed with buckets below 2^48.
+  for (auto const& u : w.units)
+    for (auto const& b : u.buckets)
+      if (b.bytes >= (std::uint64_t{1} << 48)) return;
+  std::vector<pool::execution_order> orders;
+  for (int k = in.in<int>(0, 2); k >= 0; --k) orders.push_back(draw_order(in, w.units.size()));
+  if (in.in<int>(0, 15) == 0) orders.clear();
+  pool::interval_options o;
+  o.resident = in.in<std::size_t>(0, 4);
+  o.alignment = in.in<int>(0, 15) == 0 ? in.take<std::size_t>() : std::size_t{1} << in.in<int>(0, 10);
+  std::optional<pool::plan> p;
+  try {
+    p.emplace(pool::make_interval_plan(w, std::span<pool::execution_order const>(orders), o, pad));
+  } catch (headroom::error const&) {
+    FUZZ_CHECK(throws([&] { (void)pool::make_interval_plan(w, std::span<pool::execution_order const>(orders), o, pad); }));
+    return;
+  }
+  FUZZ_CHECK(o.resident >= 2 && !orders.empty() && headroom::is_power_of_two(o.alignment));
+  check_interval_plan(*p, w, orders, o.resident, o.alignment);
+  FUZZ_CHECK(*p == pool::make_interval_plan(w, std::span<pool::execution_order const>(orders), o, pad));
+  if (p->arena_bytes > (std::uint64_t{1} << 20)) return;
+  for (auto const& n : w.non_unit)
+    if (pad.padded_bytes(n) > (std::uint64_t{1} << 20)) return;
+  auto const& order = orders[in.in<std::size_t>(0, orders.size() - 1)];
+  if (in.flag())
+    follow_order<pool::host_unit_pool<pool::strict, pool::dynamic, pool::record_at_release, pool::reject_off_trace>>(*p, order, o.resident, in);
+  else
+    follow_order<pool::host_unit_pool<pool::first_free, pool::dynamic, pool::record_at_release, pool::fallback_off_trace>>(*p, order, o.resident, in);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(std::uint8_t const* data, std::size_t size) {
@@ -297,6 +436,10 @@ extern "C" int LLVMFuzzerTestOneInput(std::uint8_t const* data, std::size_t size
   pool::plan_options o;
   o.buffers = in.in<int>(0, 15) == 0 ? in.take<std::size_t>() : in.in<std::size_t>(2, 4);
   o.alignment = in.in<int>(0, 15) == 0 ? in.take<std::size_t>() : std::size_t{1} << in.in<int>(0, 12);
+  if (in.in<int>(0, 3) == 0) {  // the execution-order (interval) planner
+    run_interval(w, pool::no_padding{}, in);
+    return 0;
+  }
   switch (in.in<int>(0, 2)) {
     case 0: run_categories(w, o, pool::no_padding{}, in); break;
     case 1: run_categories(w, o, pool::pad_elements{in.in<int>(0, 7) == 0 ? in.take<std::uint64_t>() : in.in<std::uint64_t>(1, 64)}, in); break;

@@ -267,6 +267,14 @@ TEST_CASE("a rank that returns early: peers' next collective and recv fail inste
         if (comm.rank() == ranks - 1) return;  // leaves: launch declares it departed
         auto const r = static_cast<std::size_t>(comm.rank());
         collective_msgs[r] = headroom_test::error_of<collective_mismatch>([&] { comm.barrier(); });
+        // Again, and with data: a call must never complete without the departed rank (counting
+        // a stale arrival would read its freed buffers), however many ranks retry.
+        for (int retry = 0; retry < 3; ++retry) {
+          std::vector<int> in(2, comm.rank()), out(2);
+          REQUIRE(headroom_test::throws<collective_mismatch>([&] { comm.barrier(); }));
+          REQUIRE(headroom_test::throws<collective_mismatch>(
+              [&] { comm.all_reduce(std::span<int const>(in), std::span<int>(out), reduce_op::sum); }));
+        }
         std::vector<int> got(1);
         recv_msgs[r] = headroom_test::error_of<collective_mismatch>(
             [&] { comm.recv(std::span<int>(got), ranks - 1); });

@@ -104,21 +104,41 @@ struct group_state {
   std::vector<int> parent_ranks;  // for a split group: each member's rank in the parent
 
   // Caller holds the lock. Returns when all ranks arrived; throws if the group was aborted first.
+  // A rank that gives up takes its arrival back, so a later call cannot count it and complete
+  // a rendezvous that a departed rank never joined (it would read that rank's stale buffers).
   void arrive_and_wait(std::unique_lock<std::mutex>& lock) {
     if (aborted) throw group_aborted("thread_group aborted: " + abort_reason);
+    if (departed_count > 0) throw_departed();  // a departed rank never arrives again
     std::uint64_t const gen = generation;
-    if (++arrived == size) {
-      arrived = 0;
-      ++generation;
-      cv.notify_all();
-      return;
-    }
+    if (arrive()) return;
     cv.wait(lock, [&] { return generation != gen || aborted || departed_count > 0; });
     if (generation == gen) {
+      --arrived;
       if (aborted) throw group_aborted("thread_group aborted: " + abort_reason);
-      throw collective_mismatch("a rank left the group (" + departed_list() +
-                                ") while others waited in a collective: ranks called different numbers of collectives");
+      throw_departed();
     }
+  }
+  [[noreturn]] void throw_departed() const {
+    throw collective_mismatch("a rank left the group (" + departed_list() +
+                              ") while others waited in a collective: ranks called different numbers of collectives");
+  }
+
+  // Phase two of a collective: every rank that completed phase one gets here (nothing between
+  // the phases lets an exception out), so it waits for all of them, whatever happened to the
+  // group meanwhile. Leaving early would free a buffer that peers are still reading.
+  void arrive_and_wait_for_all(std::unique_lock<std::mutex>& lock) {
+    std::uint64_t const gen = generation;
+    if (arrive()) return;
+    cv.wait(lock, [&] { return generation != gen; });
+  }
+
+  // Counts the caller in (lock held); the last rank to arrive opens the next generation.
+  bool arrive() {
+    if (++arrived < size) return false;
+    arrived = 0;
+    ++generation;
+    cv.notify_all();
+    return true;
   }
 
   [[nodiscard]] std::string departed_list() const {
@@ -128,38 +148,38 @@ struct group_state {
     return s;
   }
 
-  // A rank leaving the parent leaves every group split from it too.
-  void depart(int rank) {
-    std::vector<std::shared_ptr<group_state>> kids;
-    {
-      std::lock_guard lock(mutex);
-      if (!departed[static_cast<std::size_t>(rank)]) {
-        departed[static_cast<std::size_t>(rank)] = 1;
-        ++departed_count;
-      }
-      for (auto& w : children)
-        if (auto c = w.lock()) kids.push_back(std::move(c));
+  // A rank leaving the parent leaves every group split from it too. noexcept and allocation-
+  // free: it runs while a failing rank unwinds, where a second exception would terminate.
+  // Children are visited under this group's lock; locks are only ever taken parent -> child.
+  void depart(int rank) noexcept {
+    std::lock_guard lock(mutex);
+    if (!departed[static_cast<std::size_t>(rank)]) {
+      departed[static_cast<std::size_t>(rank)] = 1;
+      ++departed_count;
     }
     cv.notify_all();
-    for (auto& c : kids) {
-      auto const it = std::find(c->parent_ranks.begin(), c->parent_ranks.end(), rank);
-      if (it != c->parent_ranks.end()) c->depart(static_cast<int>(it - c->parent_ranks.begin()));
-    }
+    for (auto& w : children)
+      if (auto c = w.lock()) {
+        auto const it = std::find(c->parent_ranks.begin(), c->parent_ranks.end(), rank);
+        if (it != c->parent_ranks.end()) c->depart(static_cast<int>(it - c->parent_ranks.begin()));
+      }
   }
 
-  void abort(std::string const& why) {
-    std::vector<std::shared_ptr<group_state>> kids;
-    {
-      std::lock_guard lock(mutex);
-      if (!aborted) {
-        aborted = true;
+  // noexcept for the same reason: when the reason cannot be copied (out of memory), the group
+  // is aborted without one.
+  void abort(std::string const& why) noexcept {
+    std::lock_guard lock(mutex);
+    if (!aborted) {
+      aborted = true;
+      try {
         abort_reason = why;
+      } catch (...) {
+        abort_reason.clear();
       }
-      for (auto& w : children)
-        if (auto c = w.lock()) kids.push_back(std::move(c));
     }
     cv.notify_all();
-    for (auto& c : kids) c->abort(why);
+    for (auto& w : children)
+      if (auto c = w.lock()) c->abort(why);
   }
 };
 
@@ -318,7 +338,7 @@ class thread_communicator {
   }
 
   /// Aborts the whole group (and groups split from it): waiting ranks get group_aborted.
-  void abort(std::string const& why) const { state_->abort(why); }
+  void abort(std::string const& why) const noexcept { state_->abort(why); }
 
   /// Declares that this rank will issue no more calls (launch does it when a rank returns),
   /// so peers still waiting on it get an error instead of waiting forever.
@@ -340,21 +360,33 @@ class thread_communicator {
   void collective(detail::op_desc d, void const* input, std::span<T> out, Compute&& compute) {
     auto& st = *state_;
     std::string problem;
+    std::exception_ptr failure;  // caught between the phases, rethrown after phase two
     std::vector<T const*> inputs(static_cast<std::size_t>(st.size));
+    std::vector<T> result;
     {
       std::unique_lock lock(st.mutex);
       st.desc[static_cast<std::size_t>(rank_)] = d;
       st.input[static_cast<std::size_t>(rank_)] = input;
       st.arrive_and_wait(lock);
-      problem = validate();
+      try {
+        problem = validate();
+      } catch (...) {  // out of memory building the verdict
+        failure = std::current_exception();
+      }
       for (std::size_t r = 0; r < inputs.size(); ++r) inputs[r] = static_cast<T const*>(st.input[r]);
     }
-    std::vector<T> result;
-    if (problem.empty()) compute(inputs, result);
+    if (problem.empty() && !failure) {
+      try {
+        compute(inputs, result);
+      } catch (...) {
+        failure = std::current_exception();
+      }
+    }
     {
       std::unique_lock lock(st.mutex);
-      st.arrive_and_wait(lock);  // nobody reuses its buffers until all have read them
+      st.arrive_and_wait_for_all(lock);  // nobody reuses its buffers until all have read them
     }
+    if (failure) std::rethrow_exception(failure);
     if (!problem.empty()) throw collective_mismatch(problem);
     if (!result.empty()) std::copy(result.begin(), result.end(), out.begin());
   }
@@ -408,11 +440,23 @@ class thread_group {
   }
   [[nodiscard]] int size() const noexcept { return state_->size; }
   [[nodiscard]] thread_communicator communicator(int rank) const { return thread_communicator(state_, rank); }
-  void abort(std::string const& why) const { state_->abort(why); }
+  void abort(std::string const& why) const noexcept { state_->abort(why); }
 
  private:
   std::shared_ptr<detail::group_state> state_;
 };
+
+namespace detail {
+/// Aborts `group` with the reason `why()` builds, or with none when building it throws.
+template <class Why>
+void abort_group(thread_group const& group, Why&& why) noexcept {
+  try {
+    group.abort(why());
+  } catch (...) {
+    group.abort(std::string());  // an empty reason needs no allocation
+  }
+}
+}  // namespace detail
 
 /// Runs `fn(communicator)` on `n` threads, one per rank, and joins them. If a rank throws,
 /// the group is aborted (so no rank waits forever); a rank that returns leaves the group, so
@@ -427,7 +471,7 @@ void launch(int n, Fn&& fn) {
   {
     std::vector<std::jthread> threads;
     threads.reserve(static_cast<std::size_t>(n));
-    for (int r = 0; r < n; ++r) {
+    for (int r = 0; r < n; ++r) try {
       threads.emplace_back([&, r] {
         auto comm = group.communicator(r);
         try {
@@ -437,13 +481,18 @@ void launch(int n, Fn&& fn) {
           aborted_only[static_cast<std::size_t>(r)] = 1;
         } catch (std::exception const& e) {
           errors[static_cast<std::size_t>(r)] = std::current_exception();
-          group.abort("rank " + std::to_string(r) + " failed: " + e.what());
+          detail::abort_group(group, [&] { return "rank " + std::to_string(r) + " failed: " + e.what(); });
         } catch (...) {
           errors[static_cast<std::size_t>(r)] = std::current_exception();
-          group.abort("rank " + std::to_string(r) + " failed with a non-standard exception");
+          detail::abort_group(group, [&] { return "rank " + std::to_string(r) + " failed with a non-standard exception"; });
         }
         comm.leave();
       });
+    } catch (...) {
+      // A thread failed to start (out of memory): the ranks already running would wait for it
+      // forever, and the jthreads' destructors (on the way out) would wait for them.
+      detail::abort_group(group, [&] { return "launch: could not start rank " + std::to_string(r); });
+      throw;
     }
   }
   for (std::size_t r = 0; r < errors.size(); ++r)

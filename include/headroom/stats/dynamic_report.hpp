@@ -125,8 +125,11 @@ class dynamic_report {
     return std::get<1>(v);
   }
 
-  /// Key i and its value; throws std::out_of_range past the end.
-  [[nodiscard]] entry operator[](std::size_t i) const { return {keys_->names.at(i), values_.at(i)}; }
+  /// Key i and its value; throws invalid_argument past the end.
+  [[nodiscard]] entry operator[](std::size_t i) const {
+    expects(i < size(), "stats::dynamic_report[", i, "]: index out of range [0, ", size(), ")");
+    return {keys_->names[i], values_[i]};
+  }
   [[nodiscard]] iterator begin() const noexcept { return {this, 0}; }
   [[nodiscard]] iterator end() const noexcept { return {this, size()}; }
   [[nodiscard]] std::vector<stats::value> const& values() const noexcept { return values_; }
