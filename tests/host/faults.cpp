@@ -297,3 +297,14 @@ TEST_CASE("thread_group: bad_alloc in any rank, even while starting the threads,
     });
   });
 }
+
+TEST_CASE("aligned_resource refuses sizes no object can have with capacity_error naming the size") {
+  host::aligned_resource mr;
+  auto const msg = headroom_test::error_of<capacity_error>([&] { (void)mr.allocate({}, std::size_t{1} << 63, 256); });
+  CHECK(headroom_test::contains(msg, "9223372036854775808 bytes (alignment 256) exceed the largest object"));
+  CHECK(headroom_test::throws<capacity_error>([&] { (void)mr.allocate({}, SIZE_MAX, 64); }));
+  // A pool whose plan needs such an arena fails the same way, before anything is allocated.
+  pool::workload const w{"huge", {{"a", {pool::fp8(std::uint64_t{1} << 62)}}}, {}};
+  auto const plan = pool::make_plan<pool::max>(w);
+  CHECK(headroom_test::throws<capacity_error>([&] { pool::host_unit_pool<> p(plan, {}, inline_stream{}); }));
+}

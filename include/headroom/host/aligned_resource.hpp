@@ -1,6 +1,7 @@
 #pragma once
 // Host memory with any power-of-two alignment, satisfying stream_resource<_, inline_stream>.
 #include <cstddef>
+#include <cstdint>
 #include <new>
 
 #include "headroom/core/bytes.hpp"
@@ -17,6 +18,10 @@ class aligned_resource {
   [[nodiscard]] void* allocate(inline_stream const&, std::size_t bytes, std::size_t alignment = default_alignment) {
     expects(is_power_of_two(alignment), "host::aligned_resource: alignment ", alignment,
             " is not a power of two");
+    // No object may exceed PTRDIFF_MAX bytes; past it operator new's failure would not name the
+    // size (and under AddressSanitizer it aborts instead of throwing).
+    expects<capacity_error>(bytes <= static_cast<std::size_t>(PTRDIFF_MAX) - alignment, "host::aligned_resource: ",
+                            bytes, " bytes (alignment ", alignment, ") exceed the largest object, PTRDIFF_MAX bytes");
     return ::operator new(bytes == 0 ? 1 : bytes, std::align_val_t{alignment});
   }
   /// Frees at once: host work issued before this call has completed (inline stream).
