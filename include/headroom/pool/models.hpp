@@ -332,7 +332,8 @@ inline constexpr layer_elements operator+(layer_elements a, layer_elements b) no
   std::string known;
   for (auto const& c : model_table()) {
     if (c.name == name) return c;
-    known += (known.empty() ? "" : ", ") + c.name;
+    if (!known.empty()) known += ", ";
+    known += c.name;
   }
   throw invalid_argument(headroom::detail::concat("pool::models::model: no model '", name, "'; known: ", known));
 }
