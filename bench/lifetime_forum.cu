@@ -1,3 +1,4 @@
+// headroom: needs 2 GPUs
 // The PyTorch forum case on 2 GPUs (../shared/reference/allocators.md §3.2-3.4): tensor-parallel
 // layers whose outputs are all-reduced on a communication stream. With record_stream semantics
 // (`deferred`) a freed output stays out of reuse until the host sees the all-reduce complete,

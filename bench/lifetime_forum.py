@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# headroom: needs 2 GPUs
 """PyTorch peer of bench_lifetime_forum: the same forum case with PyTorch's caching allocator.
 
 Two processes (one per GPU, NCCL backend). Per configuration, per iteration, per layer:

@@ -1,3 +1,4 @@
+// headroom: needs 2 GPUs
 // Issue 13's GPU reproduction of the torchtitan field report (../shared/reference/reduce_pp.md
 // §C.1): a toy LM split over 2 GPUs, 1F1B, fixed global batch, and what the last stage holds
 // under each output retention policy as the micro-batch count m grows.

@@ -1,3 +1,4 @@
+// headroom: needs 2 GPUs
 // Latency of stats::reducer::max across 2 GPUs (NCCL), against the peers in the same run
 // (../shared/reference/reduce_pp.md §A: Megatron-Bridge PR #3645 stacks the report into one
 // float64 tensor and does one all_reduce(MAX); composer does one collective per key).

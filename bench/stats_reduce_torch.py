@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# headroom: needs 2 GPUs
 """PyTorch peers of bench_stats_reduce (C++): latency of reducing a memory report across 2 GPUs
 (one process per GPU, NCCL), measured the same way: medians after warm-up, host wall clock
 around the call and CUDA events on the current stream; the call starts from Python values and

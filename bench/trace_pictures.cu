@@ -1,3 +1,4 @@
+// headroom: needs 2 GPUs
 // Memory snapshots of the seeds' two problems, recorded from C++ on 2 GPUs with trace/ and
 // written in PyTorch's memory_viz format (one file per rank, dp coordinate = rank):
 //

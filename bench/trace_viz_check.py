@@ -52,7 +52,11 @@ def main(argv):
     from_gpu = [f for f in files if os.path.basename(os.path.dirname(f)).startswith(("forum_", "cp_"))]
     failures, results = [], []
     if not from_gpu:
-        failures.append(f"no snapshots of bench_trace_pictures (forum_*/cp_* folders) in {dirs}")
+        if torch.cuda.device_count() >= 2:
+            failures.append(f"no snapshots of bench_trace_pictures (forum_*/cp_* folders) in {dirs}")
+        else:  # bench_trace_pictures needs 2 GPUs and was skipped: check what the host tests wrote
+            print(f"skipped: bench_trace_pictures' snapshots (it needs 2 GPUs, this machine shows "
+                  f"{torch.cuda.device_count()}); checking the host tests' snapshots only")
     for path in files:
         name = os.path.relpath(path, os.path.commonpath(dirs) if len(dirs) > 1 else dirs[0]).replace(os.sep, ".")
         try:

@@ -8,6 +8,9 @@
 #   examples/demo/*.cpp            headroom-demo               ctest test "demo", label host
 #   bench/<name>.cpp | .cu         bench_<name>                not a test
 #
+# A source with the line "// headroom: needs N GPUs" runs through tools/gpus-at-least N: skipped
+# (ctest SKIP_RETURN_CODE 77; gpu-check's run step likewise) on a machine with fewer GPUs.
+#
 # A directory under tests/ that has its own CMakeLists.txt is a separate project (tests/consumer),
 # not a module. examples/<name>.cpp | .cu are built by examples/CMakeLists.txt (which also builds
 # them standalone against an installed headroom), through headroom_add_program. .cu programs link
@@ -106,16 +109,32 @@ function(headroom_add_program target)
   endif()
 
   if(arg_TEST)
+    # "// headroom: needs N GPUs" in a source: on a machine with fewer, the test is skipped
+    # (tools/gpus-at-least exits 77) instead of failing on a missing device.
+    set(gpus "")
+    foreach(src IN LISTS arg_SOURCES)
+      file(STRINGS "${src}" marker REGEX "^// headroom: needs [0-9]+ GPUs" LIMIT_COUNT 1)
+      if(marker MATCHES "needs ([0-9]+) GPUs")
+        set(gpus ${CMAKE_MATCH_1})
+      endif()
+    endforeach()
+    set(launcher "")
+    if(gpus)
+      set(launcher "${PROJECT_SOURCE_DIR}/tools/gpus-at-least" ${gpus})
+    endif()
     if(arg_MPI_RANKS)
       add_test(NAME ${arg_TEST}
-               COMMAND "${MPIEXEC_EXECUTABLE}" ${MPIEXEC_NUMPROC_FLAG} ${arg_MPI_RANKS}
+               COMMAND ${launcher} "${MPIEXEC_EXECUTABLE}" ${MPIEXEC_NUMPROC_FLAG} ${arg_MPI_RANKS}
                        ${MPIEXEC_PREFLAGS} ${HEADROOM_MPIEXEC_FLAGS}
                        $<TARGET_FILE:${target}> ${MPIEXEC_POSTFLAGS})
       set_tests_properties(${arg_TEST} PROPERTIES PROCESSORS ${arg_MPI_RANKS})
     else()
-      add_test(NAME ${arg_TEST} COMMAND ${target})
+      add_test(NAME ${arg_TEST} COMMAND ${launcher} $<TARGET_FILE:${target}>)
     endif()
     set_tests_properties(${arg_TEST} PROPERTIES LABELS "${arg_LABELS}" TIMEOUT ${HEADROOM_TEST_TIMEOUT})
+    if(gpus)
+      set_tests_properties(${arg_TEST} PROPERTIES SKIP_RETURN_CODE 77)
+    endif()
   endif()
 endfunction()
 

@@ -1,3 +1,4 @@
+// headroom: needs 2 GPUs
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 

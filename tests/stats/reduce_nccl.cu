@@ -1,3 +1,4 @@
+// headroom: needs 2 GPUs
 // GPU test (2 GPUs): the reducers over headroom::nccl::communicator, staging through a device
 // workspace, checked against host references on random data; the CUDA sources of memory stats.
 // Run by tools/gpu-check as test_stats_reduce_nccl (label gpu). Needs 2 GPUs; fails with a
