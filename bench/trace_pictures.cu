@@ -1,6 +1,7 @@
-// headroom: needs 2 GPUs
 // Memory snapshots of the seeds' two problems, recorded from C++ on 2 GPUs with trace/ and
-// written in PyTorch's memory_viz format (one file per rank, dp coordinate = rank):
+// written in PyTorch's memory_viz format (one file per rank, dp coordinate = rank). On one GPU the
+// forum cases run on a one-rank communicator (the all-reduce still runs on the communication
+// stream, which is what the policies differ in) and the cp cases, which need cp = 2, are skipped.
 //
 //   forum_<policy>   the PyTorch forum case (reference/allocators.md §3.2-3.4): layers whose
 //                    outputs are all-reduced on a communication stream. `deferred` (the
@@ -20,6 +21,7 @@
 // Output: a table (per case and rank: events, peak of active bytes in step 1), one JSON line.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -35,6 +37,7 @@
 #include "headroom/cp/partition.hpp"
 #include "headroom/cuda/async_resource.hpp"
 #include "headroom/cuda/check.hpp"
+#include "headroom/cuda/device.hpp"
 #include "headroom/cuda/stream.hpp"
 #include "headroom/lifetime/cuda/guard.hpp"
 #include "headroom/lifetime/work.hpp"
@@ -195,15 +198,20 @@ int main(int argc, char** argv) try {
   }
   std::vector<result> results;
   std::mutex m;
-  nccl::launch_per_device(nccl::first_devices(2), [&](nccl::communicator& comm) {
+  int const ranks = std::min(headroom::cuda::device_count(), 2);
+  expects(ranks >= 1, "bench_trace_pictures: needs a CUDA device, found none");
+  nccl::launch_per_device(nccl::first_devices(ranks), [&](nccl::communicator& comm) {
     std::vector<result> mine{forum_case<lt::stream_ordered>(comm, dir, "forum_stream_ordered"),
-                             forum_case<lt::deferred>(comm, dir, "forum_deferred"),
-                             cp_case<cp::gather_output::full>(comm, dir, "cp_full"),
-                             cp_case<cp::gather_output::none>(comm, dir, "cp_none")};
+                             forum_case<lt::deferred>(comm, dir, "forum_deferred")};
+    if (comm.size() == 2) {
+      mine.push_back(cp_case<cp::gather_output::full>(comm, dir, "cp_full"));
+      mine.push_back(cp_case<cp::gather_output::none>(comm, dir, "cp_none"));
+    }
     std::lock_guard lock(m);
     results.insert(results.end(), mine.begin(), mine.end());
   });
-  std::printf("trace pictures: memory_viz snapshots of step 1, 2 ranks, in %s\n", dir.string().c_str());
+  std::printf("trace pictures: memory_viz snapshots of step 1, %d rank(s), in %s\n", ranks, dir.string().c_str());
+  if (ranks < 2) std::printf("cp_full / cp_none: skipped (cp = 2 needs 2 GPUs, this machine shows %d)\n", ranks);
   std::printf("%-22s %5s %8s %14s  %s\n", "case", "rank", "events", "peak active", "file");
   std::ostringstream js;
   js << "{\"bench\":\"trace_pictures\",\"dir\":\"" << dir.string() << "\",\"snapshots\":[";

@@ -1,5 +1,4 @@
 #!/usr/bin/env python3
-# headroom: needs 2 GPUs
 """Renders memory_viz snapshots to PNG in the style of the viewer's Active Memory Timeline.
 
     python3 bench/trace_pictures.py [DIR] [--png-dir PNG_DIR]

@@ -239,8 +239,8 @@ TEST_CASE_TEMPLATE("CUDA graph: capture fill + compute on leased slots, replay a
   std::vector<device_buffer> src, out;
   for (auto const& u : w.units) {
     std::size_t const n = u.buckets[0].bytes / sizeof(float);
-    src.emplace_back(n);
-    out.emplace_back(n);
+    src.emplace_back(n).upload(random_floats(n, gen));  // the warm-up reads it (initcheck)
+    out.emplace_back(n).poison();
   }
   cuda_unit_pool<> pool(plan, cuda::device_resource{}, home.view());
   cuda::event fork, gathered, join;

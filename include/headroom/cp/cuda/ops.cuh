@@ -78,6 +78,12 @@ class device_cu_seqlens {
 
 namespace detail {
 
+#ifndef HEADROOM_CP_COPY_WAVES
+/// Copy grids launch this many blocks per resident block slot (a tuning knob; see
+/// launch_copy_rows and docs/BENCHMARKS.md for the measured choice).
+#define HEADROOM_CP_COPY_WAVES 4
+#endif
+
 /// How many blocks a copy launches: as many as stay resident (each loops over tiles), or one per
 /// tile, so that blocks retire as they finish and a kernel of a higher-priority stream running
 /// beside the copy (the pipelined gather's collective) gets SMs at once.
@@ -133,9 +139,13 @@ void launch_copy_rows(Source source, void const* in, void* out, std::int64_t row
   // kernel's registers, not its threads, bound that: on an H200, 4 blocks of 256 threads per SM
   // (58 registers a thread), not 8 (ncu, 16K x 4096 split at cp = 8: a grid sized for 8 ran in
   // 1.94 waves). The occupancy query runs once per kernel and device; launches read the cache.
+  // HEADROOM_CP_COPY_WAVES blocks per resident slot: with more than one, a block that retires
+  // is replaced at once and its set-up overlaps the others' copies (H200, 16K-128K x 4096 at
+  // cp = 2 and 8: 4 waves 89.7-92.0 % of a copy, 1 wave 84.6-90.4 %, 2 waves 77.5-90.8 %).
   int device = 0;
   HEADROOM_CUDA_TRY(cudaGetDevice(&device));
-  std::int64_t const resident = resident_blocks(copy_kernel_of<Source>(plan.vector_bytes), device);
+  std::int64_t const resident =
+      resident_blocks(copy_kernel_of<Source>(plan.vector_bytes), device) * HEADROOM_CP_COPY_WAVES;
 
   // Tiles of ~4K vectors keep the per-tile set-up (source rows, a barrier) small against the
   // copy. A small copy (a 16 MiB split) would leave most of the device idle with tiles that
@@ -143,8 +153,11 @@ void launch_copy_rows(Source source, void const* in, void* out, std::int64_t row
   // has one, so all loads are in flight in the first wave.
   std::uint32_t rows_per_tile = std::max<std::uint32_t>(1, target_vectors_per_tile / vpr);
   rows_per_tile = std::min(rows_per_tile, max_rows_per_tile);
-  if ((rows + rows_per_tile - 1) / rows_per_tile < resident)
-    rows_per_tile = static_cast<std::uint32_t>(std::max<std::int64_t>(1, (rows + resident - 1) / resident));
+  if ((rows + rows_per_tile - 1) / rows_per_tile < resident) {
+    std::int64_t const floor_rows = (std::int64_t{min_vectors_per_tile} + vpr - 1) / vpr;
+    std::int64_t const shrunk = std::max<std::int64_t>(floor_rows, (rows + resident - 1) / resident);
+    rows_per_tile = static_cast<std::uint32_t>(std::clamp<std::int64_t>(shrunk, 1, rows_per_tile));
+  }
   if (static_cast<std::int64_t>(rows_per_tile) > rows) rows_per_tile = static_cast<std::uint32_t>(rows);
   std::size_t const tile_bytes = (static_cast<std::size_t>(rows_per_tile) * sizeof(std::int64_t) + 15) / 16 * 16;
   // Boundaries go to shared memory when they fit beside the tile (a 48 KiB block default);
