@@ -183,6 +183,31 @@ TEST_CASE("bad input gets a clear error") {
   CHECK_THROWS_AS(validate(p, execution_order{"e", {}}), invalid_argument);
 }
 
+TEST_CASE("workloads beyond 2^62 bytes are refused by name, not planned with sums that wrapped") {
+  std::uint64_t const half = std::uint64_t{1} << 61;
+  // Two units of 2^63 bytes: the sums of a plan would wrap around 2^64.
+  workload huge{"huge", {unit{"a", {fp8(std::uint64_t{1} << 63)}}, unit{"b", {fp8(std::uint64_t{1} << 63)}}}, {}};
+  CHECK_THROWS_AS(validate(huge), capacity_error);
+  auto const msg = message_of([&] { validate(huge); });
+  CHECK(contains(msg, "'huge'"));
+  CHECK(contains(msg, "unit 'a' bucket 0"));
+  CHECK(contains(msg, "2^62"));
+  CHECK_THROWS_AS((void)make_interval_plan(huge, {training_order(huge)}), capacity_error);
+  CHECK_THROWS_AS((void)make_plan<max>(huge), capacity_error);
+  // Exactly 2^62 raw bytes in all is accepted and planned exactly: two units of 2^61 share nothing.
+  workload edge{"edge", {unit{"a", {fp8(half)}}, unit{"b", {fp8(half)}}}, {}};
+  auto const p = make_interval_plan(edge, {training_order(edge)});
+  CHECK(p.arena_bytes == 2 * half);
+  CHECK(make_plan<max>(edge).fallback_bytes() == 0);
+  // ... but not once the alignment pushes it past 2^62 (each unit rounded up to 2^62).
+  workload odd{"odd", {unit{"a", {fp8(half + 1)}}, unit{"b", {fp8(half - 1)}}}, {}};
+  CHECK(contains(message_of([&] { (void)make_interval_plan(odd, {training_order(odd)}, {.resident = 2, .alignment = std::size_t{1} << 62}); }),
+                 "once padded and aligned"));
+  // A non-unit bucket counts towards the total too.
+  workload side{"side", {unit{"a", {fp8(half)}}}, {fp8(3 * half)}};
+  CHECK(contains(message_of([&] { validate(side); }), "non-unit bucket 0"));
+}
+
 TEST_CASE("units_sharing_bytes and order_positions describe an interval plan") {
   workload w{"five", {}, {}};
   for (int u = 0; u < 5; ++u) w.units.push_back({"u" + std::to_string(u), {elements_of(dtype::bf16, 1000)}});

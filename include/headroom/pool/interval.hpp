@@ -63,11 +63,12 @@ template <class Padding>
 std::vector<std::uint64_t> unit_footprints(workload const& w, std::size_t alignment, Padding const& pad) {
   std::vector<std::uint64_t> out;
   out.reserve(w.units.size());
+  std::uint64_t total = 0;  // all units: bounds every offset and arena the planner computes
   for (auto const& u : w.units) {
     std::uint64_t sum = 0;
     for (auto const& b : u.buckets) {
       std::uint64_t const a = align_up(pad.padded_bytes(b), alignment);
-      expects<capacity_error>(a <= UINT64_MAX - sum, "pool: unit '", u.name, "' overflows 64-bit bytes");
+      headroom::pool::detail::add_planned_bytes(total, a, w, "pool::make_interval_plan");
       sum += a;
     }
     out.push_back(sum);

@@ -228,6 +228,7 @@ void fill_common(plan& p, workload const& w, plan_options const& o, Padding cons
   p.buffers = o.buffers;
   p.alignment = o.alignment;
   p.unit_names.reserve(w.units.size());
+  std::uint64_t total = 0;  // every padded bucket: bounds plan::fallback_bytes() and the other sums
   for (auto const& u : w.units) {
     p.unit_names.push_back(u.name);
     auto& bytes = p.bucket_bytes.emplace_back();
@@ -235,12 +236,16 @@ void fill_common(plan& p, workload const& w, plan_options const& o, Padding cons
       std::uint64_t const padded = pad.padded_bytes(b);
       expects(padded >= b.bytes, "pool: padding policy '", pad.describe(), "' shrank a bucket of unit '", u.name,
               "' from ", b.bytes, " to ", padded, " bytes; expected padded >= original");
+      detail::add_planned_bytes(total, padded, w, "pool::make_plan");
       bytes.push_back(padded);
     }
     p.bucket_shape.emplace_back(u.buckets.size(), no_shape);
   }
   p.pooled.assign(w.units.size(), 0);
-  for (auto const& b : w.non_unit) p.non_unit_bytes.push_back(pad.padded_bytes(b));
+  for (auto const& b : w.non_unit) {
+    p.non_unit_bytes.push_back(pad.padded_bytes(b));
+    detail::add_planned_bytes(total, p.non_unit_bytes.back(), w, "pool::make_plan");
+  }
 }
 
 // Megatron FixedPool: the class (ordered (category, padded bytes) list) with the most units;

@@ -674,11 +674,19 @@ class unit_pool {
         st.data = nullptr;
       }
     if (arena_ == nullptr) return;
-    std::vector<char> waited(events_.size(), 0);
+    // One wait per distinct event, found without allocating (noexcept): a slot waits unless an
+    // earlier pending slot holds the same event. Quadratic in the slots, once, at destruction.
+    auto waits = [&](std::size_t i) {
+      auto const& sl = slots_[i];
+      if (!sl.pending || sl.release_stream == home_) return false;
+      for (std::size_t j = 0; j < i; ++j)
+        if (slots_[j].pending && !(slots_[j].release_stream == home_) && slots_[j].event == sl.event) return false;
+      return true;
+    };
     try {
-      for (auto const& sl : slots_)
-        if (sl.pending && !(sl.release_stream == home_) && !waited[sl.event]) {
-          waited[sl.event] = 1;
+      for (std::size_t i = 0; i < slots_.size(); ++i)
+        if (waits(i)) {
+          auto const& sl = slots_[i];
           if constexpr (ReleaseOrder::lazy) events_[sl.event].record(sl.release_stream);
           events_[sl.event].wait_on(home_);
         }

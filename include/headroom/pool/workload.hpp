@@ -65,8 +65,14 @@ struct workload {
   friend bool operator==(workload const&, workload const&) = default;
 };
 
+/// The most bytes a workload (every bucket, before and after padding and alignment) may hold:
+/// 2^62, so that the planners' sums, offsets and arena limits (at most 1.5x a sum) stay exact in
+/// 64 bits. Far above any device (an H200 has 2^37).
+inline constexpr std::uint64_t max_workload_bytes = std::uint64_t{1} << 62;
+
 /// Throws invalid_argument naming the first problem: no units, a unit without buckets, or a
-/// bucket of zero bytes (a slot must have a size; Megatron never forms empty buckets either).
+/// bucket of zero bytes (a slot must have a size; Megatron never forms empty buckets either);
+/// capacity_error when the buckets together exceed max_workload_bytes.
 inline void validate(workload const& w) {
   expects(!w.units.empty(), "pool: workload '", w.name, "' has no units; expected at least one unit to pool");
   for (std::size_t u = 0; u < w.units.size(); ++u) {
@@ -80,6 +86,28 @@ inline void validate(workload const& w) {
   for (std::size_t b = 0; b < w.non_unit.size(); ++b)
     expects(w.non_unit[b].bytes > 0, "pool: non-unit bucket ", b, " (", name_of(w.non_unit[b].type),
             ") of workload '", w.name, "' has 0 bytes; expected > 0");
+  std::uint64_t total = 0;
+  auto add = [&](bucket const& b, std::string const& where) {
+    expects<capacity_error>(b.bytes <= max_workload_bytes - total, "pool: workload '", w.name, "' exceeds ",
+                            max_workload_bytes, " bytes (2^62) at ", where, " (", b.bytes, " bytes after ", total,
+                            "); expected at most 2^62 bytes in all");
+    total += b.bytes;
+  };
+  for (auto const& un : w.units)
+    for (std::size_t b = 0; b < un.buckets.size(); ++b)
+      add(un.buckets[b], headroom::detail::concat("unit '", un.name, "' bucket ", b));
+  for (std::size_t b = 0; b < w.non_unit.size(); ++b) add(w.non_unit[b], headroom::detail::concat("non-unit bucket ", b));
 }
+
+namespace detail {
+/// Adds `bytes` (padded or aligned) to `total`, refusing a workload that grows beyond
+/// max_workload_bytes once its buckets are padded and aligned.
+inline void add_planned_bytes(std::uint64_t& total, std::uint64_t bytes, workload const& w, char const* planner) {
+  expects<capacity_error>(bytes <= max_workload_bytes - total, planner, ": workload '", w.name,
+                          "' takes more than 2^62 bytes once padded and aligned (", total, " + ", bytes,
+                          "); expected at most 2^62");
+  total += bytes;
+}
+}  // namespace detail
 
 }  // namespace headroom::pool
