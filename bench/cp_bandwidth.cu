@@ -7,8 +7,11 @@
 // the reorder at the logits width 151,936 bf16 (16K tokens; 128K when two 37 GiB copies fit).
 // Batches: random packed sequences of 256..8192 tokens (multiples of 2*cp), cp in {2, 8}.
 // Each case: `warmup` runs, then `iterations` timed runs, each bracketed by CUDA events recorded
-// behind a short spin kernel (so host launch overhead is not timed); medians. Bandwidth counts
-// bytes read + bytes written. The torch peer is bench/cp_torch.py.
+// behind a short spin kernel (so host launch overhead is not timed); medians. Small cases rotate
+// through several buffer sets ("sets": enough that four L2s of traffic pass between two uses of
+// one), each timed run covering one pass: so a 16 MiB split reads memory, not the L2 the previous
+// run filled, and spans many event-timer ticks. Bandwidth counts bytes read + bytes written.
+// The torch peer is bench/cp_torch.py.
 //
 // Gather on 2 GPUs (issue 16), cp = 2, 16K and 128K x 4096 and 16K x 151936 bf16: the whole
 // device gather against the bare ncclAllGather of the same bytes (the target: <= 1.1x):
@@ -21,7 +24,8 @@
 // Each output is compared with the serial gather's, byte for byte, before timing. Timing: both
 // ranks run a short spin kernel, then the op between two events; rank 0's medians.
 //
-//   bench_cp_bandwidth [--iterations 20] [--warmup 3] [--no-gather]
+//   bench_cp_bandwidth [--iterations 20] [--warmup 3] [--no-gather] [--case OP:TOKENS:WIDTH:CP ...]
+// (--case, repeatable: only those rows, e.g. --case split:16384:4096:8 under ncu)
 // Output: a table, then one JSON line.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -31,6 +35,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <sstream>
@@ -57,6 +62,7 @@ struct options {
   int iterations = 20;
   int warmup = 3;
   bool gather = true;  // --no-gather: the one-GPU rows only (e.g. under a profiler)
+  std::vector<std::string> cases;  // --case OP:TOKENS:WIDTH:CP (repeatable): only these rows
 };
 
 options parse(int argc, char** argv) {
@@ -75,8 +81,12 @@ options parse(int argc, char** argv) {
       o.iterations = value();
     else if (a == "--warmup")
       o.warmup = value();
-    else
-      throw invalid_argument("bench_cp_bandwidth: unknown argument " + a + " (expected --iterations N, --warmup N, --no-gather)");
+    else if (a == "--case") {
+      expects(i + 1 < argc, "bench_cp_bandwidth: --case needs a value OP:TOKENS:WIDTH:CP (e.g. split:16384:4096:8)");
+      o.cases.emplace_back(argv[++i]);
+    } else
+      throw invalid_argument("bench_cp_bandwidth: unknown argument " + a +
+                             " (expected --iterations N, --warmup N, --no-gather, --case OP:TOKENS:WIDTH:CP)");
   }
   return o;
 }
@@ -119,26 +129,33 @@ __global__ void spin_kernel(long long cycles) {
   }
 }
 
-double median_ms(headroom::cuda::stream_view s, options const& o, std::function<void()> const& op) {
+/// Median milliseconds of one `op`. Each sample runs op(0), ..., op(sets - 1) back to back between
+/// the two events and divides by `sets`: with several buffer sets every call reads memory the
+/// previous ones did not leave in L2, and short ops span many event-timer ticks.
+double median_ms(headroom::cuda::stream_view s, options const& o, int sets, std::function<void(int)> const& op) {
   cudaEvent_t a, b;
   HEADROOM_CUDA_TRY(cudaEventCreate(&a));
   HEADROOM_CUDA_TRY(cudaEventCreate(&b));
-  for (int i = 0; i < o.warmup; ++i) op();
+  for (int i = 0; i < o.warmup; ++i)
+    for (int k = 0; k < sets; ++k) op(k);
   std::vector<double> ms;
   for (int i = 0; i < o.iterations; ++i) {
     spin_kernel<<<1, 1, 0, s.get()>>>(200000);  // ~0.1 ms of clock cycles
     HEADROOM_CUDA_TRY(cudaEventRecord(a, s.get()));
-    op();
+    for (int k = 0; k < sets; ++k) op(k);
     HEADROOM_CUDA_TRY(cudaEventRecord(b, s.get()));
     HEADROOM_CUDA_TRY(cudaEventSynchronize(b));
     float t = 0;
     HEADROOM_CUDA_TRY(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
+    ms.push_back(t / sets);
   }
   HEADROOM_CUDA_TRY(cudaEventDestroy(a));
   HEADROOM_CUDA_TRY(cudaEventDestroy(b));
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
+}
+double median_ms(headroom::cuda::stream_view s, options const& o, std::function<void()> const& op) {
+  return median_ms(s, o, 1, [&](int) { op(); });
 }
 
 struct result {
@@ -146,9 +163,20 @@ struct result {
   i64 tokens, width;
   int cp;
   std::size_t bytes_out;
+  int sets;  // buffer sets rotated through (rotation_sets)
   double ours_ms, memcpy_ms, indexed_ms;
   [[nodiscard]] double gbps(double ms) const { return 2.0 * static_cast<double>(bytes_out) / (ms * 1e-3) / 1e9; }
 };
+
+/// Buffer sets a case rotates through so that each call's bytes (read + written) are out of
+/// L2 by the time they come round again: four L2s of traffic between two uses (at most 16 sets).
+int rotation_sets(std::size_t touched_bytes) {
+  int dev = 0, l2 = 0;
+  HEADROOM_CUDA_TRY(cudaGetDevice(&dev));
+  HEADROOM_CUDA_TRY(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+  std::size_t const want = 4 * static_cast<std::size_t>(l2);
+  return static_cast<int>(std::clamp<std::size_t>((want + touched_bytes - 1) / touched_bytes, 1, 16));
+}
 
 result run_case(std::string const& op, i64 tokens, i64 width, int cp_size, options const& o, headroom::cuda::stream_view s) {
   auto const cu = packed_batch(tokens, cp_size, 42 + static_cast<std::uint64_t>(cp_size));
@@ -159,26 +187,33 @@ result run_case(std::string const& op, i64 tokens, i64 width, int cp_size, optio
   std::size_t const row = static_cast<std::size_t>(width) * sizeof(bf16);
   std::size_t const in_bytes = static_cast<std::size_t>(p.global_rows()) * row;
   std::size_t const out_bytes = static_cast<std::size_t>(out_rows) * row;
-  device_bytes in(in_bytes), out(out_bytes);
+  int const sets = rotation_sets(2 * out_bytes);
+  std::vector<std::unique_ptr<device_bytes>> in, out;
+  for (int k = 0; k < sets; ++k) {
+    in.push_back(std::make_unique<device_bytes>(in_bytes));
+    out.push_back(std::make_unique<device_bytes>(out_bytes));
+  }
   auto const index_host = is_split ? p.local_index() : p.gather_index();
   device_bytes index(index_host.size() * sizeof(i64));
   HEADROOM_CUDA_TRY(cudaMemcpy(index.p, index_host.data(), index_host.size() * sizeof(i64), cudaMemcpyHostToDevice));
-  auto const in_v = cp::matrix_view<bf16 const>(static_cast<bf16 const*>(in.p), p.global_rows(), width);
-  auto const out_v = cp::matrix_view<bf16>(static_cast<bf16*>(out.p), out_rows, width);
 
-  result r{op, tokens, width, cp_size, out_bytes, 0, 0, 0};
-  r.ours_ms = median_ms(s, o, [&] {
+  result r{op, tokens, width, cp_size, out_bytes, sets, 0, 0, 0};
+  r.ours_ms = median_ms(s, o, sets, [&](int k) {
+    auto const in_v = cp::matrix_view<bf16 const>(static_cast<bf16 const*>(in[k]->p), p.global_rows(), width);
+    auto const out_v = cp::matrix_view<bf16>(static_cast<bf16*>(out[k]->p), out_rows, width);
     if (is_split)
       cp::cuda::split<cp::vector_policy::require_16>(p, dcu.view(), in_v, out_v, s);
     else
       cp::cuda::to_sequence_order<cp::vector_policy::require_16>(p, dcu.view(), in_v, out_v, s);
   });
-  r.memcpy_ms = median_ms(s, o, [&] { HEADROOM_CUDA_TRY(cudaMemcpyAsync(out.p, in.p, out_bytes, cudaMemcpyDeviceToDevice, s.get())); });
+  r.memcpy_ms = median_ms(s, o, sets, [&](int k) {
+    HEADROOM_CUDA_TRY(cudaMemcpyAsync(out[k]->p, in[k]->p, out_bytes, cudaMemcpyDeviceToDevice, s.get()));
+  });
   int sms = 0, dev = 0;
   HEADROOM_CUDA_TRY(cudaGetDevice(&dev));
   HEADROOM_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  r.indexed_ms = median_ms(s, o, [&] {
-    indexed_rows_kernel<<<sms * 8, 256, 0, s.get()>>>(static_cast<uint4 const*>(in.p), static_cast<uint4*>(out.p),
+  r.indexed_ms = median_ms(s, o, sets, [&](int k) {
+    indexed_rows_kernel<<<sms * 8, 256, 0, s.get()>>>(static_cast<uint4 const*>(in[k]->p), static_cast<uint4*>(out[k]->p),
                                                        static_cast<i64 const*>(index.p), out_rows, static_cast<i64>(row / 16));
     HEADROOM_CUDA_CHECK_LAST();
   });
@@ -308,12 +343,26 @@ int main(int argc, char** argv) try {
   std::vector<shape> const shapes{{"split", 16384, 4096},         {"split", 131072, 4096},
                                   {"reorder", 16384, 4096},       {"reorder", 131072, 4096},
                                   {"reorder", 16384, 151936},     {"reorder", 131072, 151936}};
+  for (auto const& c : o.cases) {
+    bool known = false;
+    for (auto const& sh : shapes)
+      for (int cp_size : {2, 8})
+        known = known || c == std::string(sh.op) + ':' + std::to_string(sh.tokens) + ':' + std::to_string(sh.width) + ':' +
+                                 std::to_string(cp_size);
+    expects(known, "bench_cp_bandwidth: --case ", c, " names no row (expected OP:TOKENS:WIDTH:CP of the table, e.g. split:16384:4096:8)");
+  }
   std::vector<result> results;
   std::vector<std::string> skipped;
   for (auto const& sh : shapes) {
     for (int cp_size : {2, 8}) {
+      std::ostringstream name;
+      name << sh.op << ':' << sh.tokens << ':' << sh.width << ':' << cp_size;
+      if (!o.cases.empty() && std::find(o.cases.begin(), o.cases.end(), name.str()) == o.cases.end()) continue;
       std::size_t const row = static_cast<std::size_t>(sh.width) * sizeof(bf16);
-      std::size_t const need = 2 * static_cast<std::size_t>(sh.tokens) * row + (std::size_t{1} << 30);
+      std::size_t const in_bytes = static_cast<std::size_t>(sh.tokens) * row;
+      std::size_t const out_bytes = std::string(sh.op) == "split" ? in_bytes / static_cast<std::size_t>(cp_size) : in_bytes;
+      std::size_t const need =
+          static_cast<std::size_t>(rotation_sets(2 * out_bytes)) * (in_bytes + out_bytes) + (std::size_t{1} << 30);
       std::size_t free_b = 0, total_b = 0;
       HEADROOM_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
       if (need > free_b) {
@@ -329,13 +378,13 @@ int main(int argc, char** argv) try {
 
   std::printf("cp bandwidth on %s (%d SMs); medians of %d runs after %d warm-up; GB/s = (read + written) / time\n",
               prop.name, prop.multiProcessorCount, o.iterations, o.warmup);
-  std::printf("%-8s %7s %7s %3s %10s | %9s %8s | %9s %8s | %9s %8s | %7s %7s\n", "op", "tokens", "width", "cp", "out MiB",
-              "ours ms", "GB/s", "memcpy ms", "GB/s", "index ms", "GB/s", "vs cpy", "vs idx");
+  std::printf("%-8s %7s %7s %3s %10s %4s | %9s %8s | %9s %8s | %9s %8s | %7s %7s\n", "op", "tokens", "width", "cp",
+              "out MiB", "sets", "ours us", "GB/s", "memcpy us", "GB/s", "index us", "GB/s", "vs cpy", "vs idx");
   for (auto const& r : results)
-    std::printf("%-8s %7lld %7lld %3d %10.1f | %9.3f %8.0f | %9.3f %8.0f | %9.3f %8.0f | %6.1f%% %6.2fx\n", r.op.c_str(),
+    std::printf("%-8s %7lld %7lld %3d %10.1f %4d | %9.1f %8.0f | %9.1f %8.0f | %9.1f %8.0f | %6.1f%% %6.2fx\n", r.op.c_str(),
                 static_cast<long long>(r.tokens), static_cast<long long>(r.width), r.cp,
-                static_cast<double>(r.bytes_out) / (1 << 20), r.ours_ms, r.gbps(r.ours_ms), r.memcpy_ms,
-                r.gbps(r.memcpy_ms), r.indexed_ms, r.gbps(r.indexed_ms), 100.0 * r.memcpy_ms / r.ours_ms,
+                static_cast<double>(r.bytes_out) / (1 << 20), r.sets, 1e3 * r.ours_ms, r.gbps(r.ours_ms), 1e3 * r.memcpy_ms,
+                r.gbps(r.memcpy_ms), 1e3 * r.indexed_ms, r.gbps(r.indexed_ms), 100.0 * r.memcpy_ms / r.ours_ms,
                 r.indexed_ms / r.ours_ms);
   for (auto const& s : skipped) std::printf("skipped: %s\n", s.c_str());
 
@@ -366,7 +415,7 @@ int main(int argc, char** argv) try {
     auto const& r = results[i];
     js << (i ? "," : "") << "{\"op\":\"" << r.op << "\",\"tokens\":" << r.tokens << ",\"width\":" << r.width
        << ",\"cp\":" << r.cp << ",\"bytes_out\":" << r.bytes_out << ",\"ours_ms\":" << r.ours_ms
-       << ",\"memcpy_ms\":" << r.memcpy_ms << ",\"indexed_ms\":" << r.indexed_ms << ",\"ours_gbps\":" << r.gbps(r.ours_ms)
+       << ",\"sets\":" << r.sets << ",\"memcpy_ms\":" << r.memcpy_ms << ",\"indexed_ms\":" << r.indexed_ms << ",\"ours_gbps\":" << r.gbps(r.ours_ms)
        << ",\"memcpy_gbps\":" << r.gbps(r.memcpy_ms) << ",\"fraction_of_memcpy\":" << r.memcpy_ms / r.ours_ms << "}";
   }
   js << "],\"skipped\":" << skipped.size() << ",\"gather_2gpu\":[";

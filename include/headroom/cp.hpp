@@ -11,3 +11,4 @@
 #include "headroom/cp/output.hpp"
 #include "headroom/cp/padding.hpp"
 #include "headroom/cp/partition.hpp"
+#include "headroom/cp/row_runs.hpp"

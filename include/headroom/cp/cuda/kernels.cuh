@@ -21,17 +21,39 @@
 #include "headroom/cp/cu_seqlens.hpp"
 #include "headroom/cp/layout.hpp"
 #include "headroom/cp/padding.hpp"
+#include "headroom/cp/row_runs.hpp"
 
 namespace headroom::cp::cuda::detail {
 
+// Tuning knobs (macros so that a sweep can rebuild with other values; docs/BENCHMARKS.md has
+// the measured choices).
+#ifndef HEADROOM_CP_COPY_UNROLL
+#define HEADROOM_CP_COPY_UNROLL 4
+#endif
+#ifndef HEADROOM_CP_COPY_MIN_BLOCKS_PER_SM
+#define HEADROOM_CP_COPY_MIN_BLOCKS_PER_SM 1
+#endif
+#ifndef HEADROOM_CP_RUNS_UNROLL
+#define HEADROOM_CP_RUNS_UNROLL 8
+#endif
+#ifndef HEADROOM_CP_RUNS_MIN_BLOCKS_PER_SM
+#define HEADROOM_CP_RUNS_MIN_BLOCKS_PER_SM 4
+#endif
+#ifndef HEADROOM_CP_MIN_TILE_VECTORS
+#define HEADROOM_CP_MIN_TILE_VECTORS 2048
+#endif
 inline constexpr int block_threads = 256;
-inline constexpr int unroll = 4;
+/// Loads in flight per thread before its stores.
+inline constexpr int unroll = HEADROOM_CP_COPY_UNROLL;
 inline constexpr std::uint32_t target_vectors_per_tile = 4096;
 inline constexpr std::uint32_t max_rows_per_tile = 1024;
 /// Tiles are not shrunk below this for small copies: 8 vectors a thread keep the per-tile
 /// set-up (source rows, a barrier) small (H200: 1-row tiles of a 16 MiB split ran at 67 % of a
 /// copy, 4-row tiles at 85 %).
-inline constexpr std::uint32_t min_vectors_per_tile = 2048;
+inline constexpr std::uint32_t min_vectors_per_tile = HEADROOM_CP_MIN_TILE_VECTORS;
+/// The runs kernel's loads in flight per thread (it has no per-tile set-up to amortise).
+inline constexpr int runs_unroll = HEADROOM_CP_RUNS_UNROLL;
+static_assert(unroll >= 1 && runs_unroll >= 1 && min_vectors_per_tile >= 1, "cp::cuda: bad copy tuning");
 inline constexpr std::size_t max_fill_bytes = 64;
 
 template <std::size_t Bytes>
@@ -194,7 +216,7 @@ struct rank_major_destination {
 
 /// `total_rows`: output rows (input rows for a scattering source).
 template <class V, class Source>
-__global__ void __launch_bounds__(block_threads)
+__global__ void __launch_bounds__(block_threads, HEADROOM_CP_COPY_MIN_BLOCKS_PER_SM)
     copy_rows_kernel(Source source, V const* __restrict__ in, V* __restrict__ out, std::int64_t total_rows,
                      cp::detail::fast_divmod vectors_per_row, std::uint32_t rows_per_tile, bool stage_cu,
                      fill_pattern fill) {
@@ -246,6 +268,58 @@ __global__ void __launch_bounds__(block_threads)
       }
     }
     __syncthreads();  // src_rows is rewritten by the next tile
+  }
+}
+
+/// The copy when the host gave the rows as runs (row_runs, read from the kernel-parameter bank):
+/// output vectors are taken in order, `runs_unroll` per thread per round; each thread finds its
+/// row's source with a binary search over the runs (one row per warp: the reads broadcast), kept
+/// while its row does not change. No shared memory, no barrier, no per-sequence division: a
+/// block's first loads issue after a few constant-cache reads, which is what small copies need
+/// (a 16 MiB split is one wave of blocks).
+template <class V>
+__global__ void __launch_bounds__(block_threads, HEADROOM_CP_RUNS_MIN_BLOCKS_PER_SM)
+    copy_runs_kernel(__grid_constant__ row_runs const runs, V const* __restrict__ in, V* __restrict__ out,
+                     cp::detail::fast_divmod vectors_per_row) {
+  std::uint32_t const vpr = vectors_per_row.divisor();
+  std::int64_t const total = runs.rows * static_cast<std::int64_t>(vpr);
+  constexpr std::int64_t per_round = std::int64_t{block_threads} * runs_unroll;
+  std::int64_t const end = total;
+  std::int64_t const stride = static_cast<std::int64_t>(gridDim.x) * per_round;
+  std::int64_t base = static_cast<std::int64_t>(blockIdx.x) * per_round;
+  // (row, vector) of the round's first vector, advanced by the stride without a 64-bit division.
+  std::int64_t base_row = base / vpr;
+  auto base_v = static_cast<std::uint32_t>(base - base_row * vpr);
+  std::int64_t const stride_rows = stride / vpr;
+  auto const stride_v = static_cast<std::uint32_t>(stride - stride_rows * vpr);
+  std::int64_t last_row = -1, last_source = 0;
+  for (; base < end; base += stride) {
+    V regs[runs_unroll];
+#pragma unroll
+    for (int k = 0; k < runs_unroll; ++k) {
+      std::uint32_t const offset = static_cast<std::uint32_t>(k) * block_threads + threadIdx.x;
+      if (base + offset < end) {
+        std::uint32_t r = 0, v = 0;
+        vectors_per_row.divide(base_v + offset, r, v);
+        std::int64_t const row = base_row + r;
+        if (row != last_row) {
+          last_row = row;
+          last_source = runs.source(row);
+        }
+        regs[k] = in[last_source * vpr + v];
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < runs_unroll; ++k) {
+      std::uint32_t const offset = static_cast<std::uint32_t>(k) * block_threads + threadIdx.x;
+      if (base + offset < end) out[base + offset] = regs[k];
+    }
+    base_row += stride_rows;
+    base_v += stride_v;
+    if (base_v >= vpr) {
+      base_v -= vpr;
+      ++base_row;
+    }
   }
 }
 

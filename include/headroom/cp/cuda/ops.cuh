@@ -11,7 +11,10 @@
 //
 // Each op takes the host partition (validated, and the source of every size) and a device copy
 // of the same cu_seqlens (device_cu / device_cu_seqlens), which the kernel stages in shared
-// memory and binary-searches per output row. The device values are not read back: they must
+// memory and binary-searches per output row. split and to_sequence_order under the two built-in
+// layouts, up to HEADROOM_CP_RUNS_MAX_BYTES of output, pass the rows as runs instead
+// (row_runs.hpp; up to row_runs::capacity of them) and read no device boundaries: that kernel
+// has no per-block set-up, which is what small copies lose to (docs/cp.md). The device values are not read back: they must
 // be the values the partition was built from. The vector_policy template parameter picks the
 // access width (copy_plan.hpp).
 #include <cuda_runtime_api.h>
@@ -83,22 +86,49 @@ namespace detail {
 /// launch_copy_rows and docs/BENCHMARKS.md for the measured choice).
 #define HEADROOM_CP_COPY_WAVES 4
 #endif
+#ifndef HEADROOM_CP_ROW_RUNS
+/// 1: split and to_sequence_order take the runs kernel when the runs fit; 0: always the general
+/// kernel (for benchmarks comparing the two).
+#define HEADROOM_CP_ROW_RUNS 1
+#endif
+#ifndef HEADROOM_CP_RUNS_MAX_BYTES
+/// Copies up to this many output bytes take the runs kernel (when the runs fit); larger ones the
+/// general kernel, which was faster there (H200: 4.7 GiB reorder 92.5 % of a copy against 90.9 %,
+/// 512 MiB split 92.1 % against 90.9 %; at 16 MiB the runs kernel 91.5-92.1 %, the general 85-86 %).
+#define HEADROOM_CP_RUNS_MAX_BYTES (std::int64_t{256} << 20)
+#endif
+#ifndef HEADROOM_CP_RUNS_WAVES
+/// The runs kernel's grid in blocks per resident block slot.
+#define HEADROOM_CP_RUNS_WAVES 4
+#endif
+#ifndef HEADROOM_CP_STAGE_BYTES
+/// Shared memory a copy block may use for its tile and the staged boundaries (0: never stage).
+#define HEADROOM_CP_STAGE_BYTES (48 * 1024)
+#endif
 
 /// How many blocks a copy launches: as many as stay resident (each loops over tiles), or one per
 /// tile, so that blocks retire as they finish and a kernel of a higher-priority stream running
 /// beside the copy (the pipelined gather's collective) gets SMs at once.
 enum class grid_shape { resident, one_tile_per_block };
 
+/// Calls f(vector_of<N>{}) for the access width `vector_bytes` (16, 8, 4, 2, else 1).
+template <class F>
+decltype(auto) with_vector_width(std::size_t vector_bytes, F&& f) {
+  switch (vector_bytes) {
+    case 16: return f(vector_of<16>{});
+    case 8: return f(vector_of<8>{});
+    case 4: return f(vector_of<4>{});
+    case 2: return f(vector_of<2>{});
+    default: return f(vector_of<1>{});
+  }
+}
+
 /// copy_rows_kernel for `Source` at a vector width, as a plain function pointer (for queries).
 template <class Source>
 [[nodiscard]] void const* copy_kernel_of(std::size_t vector_bytes) noexcept {
-  switch (vector_bytes) {
-    case 16: return reinterpret_cast<void const*>(&copy_rows_kernel<typename vector_of<16>::type, Source>);
-    case 8: return reinterpret_cast<void const*>(&copy_rows_kernel<typename vector_of<8>::type, Source>);
-    case 4: return reinterpret_cast<void const*>(&copy_rows_kernel<typename vector_of<4>::type, Source>);
-    case 2: return reinterpret_cast<void const*>(&copy_rows_kernel<typename vector_of<2>::type, Source>);
-    default: return reinterpret_cast<void const*>(&copy_rows_kernel<typename vector_of<1>::type, Source>);
-  }
+  return with_vector_width(vector_bytes, [](auto tag) {
+    return reinterpret_cast<void const*>(&copy_rows_kernel<typename decltype(tag)::type, Source>);
+  });
 }
 
 /// Blocks of `kernel` resident on `device` at once (SMs x blocks per SM, as registers and
@@ -162,26 +192,53 @@ void launch_copy_rows(Source source, void const* in, void* out, std::int64_t row
   std::size_t const tile_bytes = (static_cast<std::size_t>(rows_per_tile) * sizeof(std::int64_t) + 15) / 16 * 16;
   // Boundaries go to shared memory when they fit beside the tile (a 48 KiB block default);
   // beyond ~6K sequences the search reads them through L1/L2 instead.
-  bool const stage = tile_bytes + source.shared_bytes() <= 48 * 1024;
+  bool const stage = tile_bytes + source.shared_bytes() <= HEADROOM_CP_STAGE_BYTES;
   std::size_t const shared = tile_bytes + (stage ? source.shared_bytes() : 0);
   std::int64_t const tiles = (rows + rows_per_tile - 1) / rows_per_tile;
   std::int64_t const blocks = shape == grid_shape::resident ? resident : std::int64_t{0x7fffffff};
   auto const grid = static_cast<unsigned>(std::min(tiles, blocks));
 
-  auto go = [&](auto vector_tag) {
+  with_vector_width(plan.vector_bytes, [&](auto vector_tag) {
     using V = typename decltype(vector_tag)::type;
     copy_rows_kernel<V, Source><<<grid, block_threads, shared, s.get()>>>(
         source, static_cast<V const*>(in), static_cast<V*>(out), rows, cp::detail::fast_divmod(vpr), rows_per_tile, stage,
         fill);
     HEADROOM_CUDA_CHECK_LAST();
-  };
-  switch (plan.vector_bytes) {
-    case 16: go(vector_of<16>{}); break;
-    case 8: go(vector_of<8>{}); break;
-    case 4: go(vector_of<4>{}); break;
-    case 2: go(vector_of<2>{}); break;
-    default: go(vector_of<1>{}); break;
-  }
+  });
+}
+
+/// copy_runs_kernel at a vector width, as a plain function pointer (for queries).
+[[nodiscard]] inline void const* runs_kernel_of(std::size_t vector_bytes) noexcept {
+  return with_vector_width(vector_bytes, [](auto tag) {
+    return reinterpret_cast<void const*>(&copy_runs_kernel<typename decltype(tag)::type>);
+  });
+}
+
+/// Whether a copy of `rows` output rows takes the runs kernel (rows permitting: see the ops).
+[[nodiscard]] inline bool runs_kernel_size(std::int64_t rows, copy_plan const& plan) noexcept {
+  return HEADROOM_CP_ROW_RUNS && rows <= HEADROOM_CP_RUNS_MAX_BYTES / static_cast<std::int64_t>(plan.row_bytes);
+}
+
+/// Launches copy_runs_kernel over `runs` (output rows in order): as many blocks as stay resident
+/// (times HEADROOM_CP_RUNS_WAVES), fewer when the copy has fewer rounds of work.
+inline void launch_copy_runs(row_runs const& runs, void const* in, void* out, copy_plan const& plan, stream_view s,
+                             char const* op) {
+  if (runs.rows == 0) return;
+  expects(plan.vectors_per_row < (std::int64_t{1} << 30), op, ": rows of ", plan.row_bytes,
+          " bytes are too wide (at most 2^30 - 1 vectors per row)");
+  auto const vpr = static_cast<std::uint32_t>(plan.vectors_per_row);
+  int device = 0;
+  HEADROOM_CUDA_TRY(cudaGetDevice(&device));
+  std::int64_t const resident = resident_blocks(runs_kernel_of(plan.vector_bytes), device) * HEADROOM_CP_RUNS_WAVES;
+  std::int64_t const per_round = std::int64_t{block_threads} * runs_unroll;
+  std::int64_t const rounds = (runs.rows * static_cast<std::int64_t>(vpr) + per_round - 1) / per_round;
+  auto const grid = static_cast<unsigned>(std::min(rounds, resident));
+  with_vector_width(plan.vector_bytes, [&](auto vector_tag) {
+    using V = typename decltype(vector_tag)::type;
+    copy_runs_kernel<V><<<grid, block_threads, 0, s.get()>>>(runs, static_cast<V const*>(in), static_cast<V*>(out),
+                                                             cp::detail::fast_divmod(vpr));
+    HEADROOM_CUDA_CHECK_LAST();
+  });
 }
 
 template <class T>
@@ -210,6 +267,10 @@ void split(partition<L> const& p, device_cu<I> cu, matrix_view<T const> global, 
   cp::detail::expect_shape(local, p.local_rows(), global.width, op, "local output");
   cp::detail::expect_disjoint(global, local, op);
   auto const plan = plan_copy<V>(global.row_bytes(), {{"global input", global.data}, {"local output", local.data}}, op);
+  if (row_runs runs; detail::runs_kernel_size(p.local_rows(), plan) && split_runs(p, runs)) {
+    detail::launch_copy_runs(runs, global.data, local.data, plan, s, op);
+    return;
+  }
   detail::split_source<L, I> src{cu.data, p.sequences(), p.global_rows(), p.cp_size(), p.cp_rank()};
   detail::launch_copy_rows(src, global.data, local.data, p.local_rows(), plan, {}, s, op);
 }
@@ -238,6 +299,10 @@ void to_sequence_order(partition<L> const& p, device_cu<I> cu, matrix_view<T con
   cp::detail::expect_disjoint(rank_major, sequence, op);
   auto const plan =
       plan_copy<V>(rank_major.row_bytes(), {{"rank-major input", rank_major.data}, {"sequence-order output", sequence.data}}, op);
+  if (row_runs runs; detail::runs_kernel_size(p.global_rows(), plan) && sequence_order_runs(p, runs)) {
+    detail::launch_copy_runs(runs, rank_major.data, sequence.data, plan, s, op);
+    return;
+  }
   detail::sequence_order_source<L, I> src{cu.data, p.sequences(), p.global_rows(), p.cp_size(), 0, 0, p.local_rows()};
   detail::launch_copy_rows(src, rank_major.data, sequence.data, p.global_rows(), plan, {}, s, op);
 }
