@@ -9,6 +9,8 @@
 //   - a padding made with alignment_for<L>(cp) always partitions (no error on any rank);
 //   - partition: the ranks' rows form a bijection onto the global rows, owner() inverts
 //     locate(), local cu_seqlens are monotone, end at local_rows and bracket every row;
+//   - row runs (the CUDA split / reorder's): expand to local_index / gather_index, fewest runs,
+//     refused only over capacity;
 //   - ops: to_sequence_order(concat(split(pad(x)))) == pad(x), unpad of that == x, pad_split
 //     == split(pad(x)), the split adjoints sum back to pad(x), to_rank_order inverts;
 //   - shifted labels and mask match a per-sequence reference (last real token and pads
@@ -29,6 +31,7 @@
 #include "headroom/cp/ops.hpp"
 #include "headroom/cp/padding.hpp"
 #include "headroom/cp/partition.hpp"
+#include "headroom/cp/row_runs.hpp"
 #include "headroom/host/thread_group.hpp"
 
 namespace {
@@ -99,8 +102,22 @@ void check_padding(headroom::cp::padding const& pd, std::vector<i64> const& raw,
   FUZZ_CHECK(throws([&] { (void)pd.raw_row(pd.padded_rows()); }) && throws([&] { (void)pd.padded_row(-1); }));
 }
 
+// The runs the CUDA split / reorder take: when built, they expand to `index` row for row and are
+// the fewest runs of consecutive rows; refused only when that fewest number is over capacity.
+void check_runs(bool built, headroom::cp::row_runs const& runs, std::vector<i64> const& index) {
+  i64 fewest = index.empty() ? 0 : 1;
+  for (std::size_t t = 1; t < index.size(); ++t) fewest += index[t] != index[t - 1] + 1;
+  if (!built) {
+    FUZZ_CHECK(fewest > headroom::cp::row_runs::capacity);
+    return;
+  }
+  FUZZ_CHECK(runs.rows == static_cast<i64>(index.size()) && runs.count == fewest);
+  for (i64 t = 0; t < runs.rows; ++t) FUZZ_CHECK(runs.source(t) == index[static_cast<std::size_t>(t)]);
+}
+
 template <class L>
 void check_partitions(std::vector<headroom::cp::partition<L>> const& parts) {
+  headroom::cp::row_runs runs;
   int const cp = static_cast<int>(parts.size());
   auto const& p0 = parts.front();
   i64 const total = p0.global_rows();
@@ -116,6 +133,7 @@ void check_partitions(std::vector<headroom::cp::partition<L>> const& parts) {
     if constexpr (std::same_as<L, headroom::cp::dual_chunk>)
       for (std::size_t i = 0; i < lcu.size(); ++i) FUZZ_CHECK(lcu[i] * cp == gcu[i]);
     auto const idx = p.local_index();
+    check_runs(headroom::cp::split_runs(p, runs), runs, idx);
     for (i64 t = 0; t < p.local_rows(); ++t) {
       auto const at = p.locate(t);
       FUZZ_CHECK(at.global_row >= 0 && at.global_row < total);
@@ -137,6 +155,7 @@ void check_partitions(std::vector<headroom::cp::partition<L>> const& parts) {
     auto const o = p0.owner(g);
     FUZZ_CHECK(gi[static_cast<std::size_t>(g)] == o.rank * p0.local_rows() + o.local_row);
   }
+  check_runs(headroom::cp::sequence_order_runs(p0, runs), runs, gi);
 }
 
 // Reference labels and mask, straight from the boundaries: row o of sequence s (padded start
