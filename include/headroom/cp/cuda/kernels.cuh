@@ -284,7 +284,6 @@ __global__ void __launch_bounds__(block_threads, HEADROOM_CP_RUNS_MIN_BLOCKS_PER
   std::uint32_t const vpr = vectors_per_row.divisor();
   std::int64_t const total = runs.rows * static_cast<std::int64_t>(vpr);
   constexpr std::int64_t per_round = std::int64_t{block_threads} * runs_unroll;
-  std::int64_t const end = total;
   std::int64_t const stride = static_cast<std::int64_t>(gridDim.x) * per_round;
   std::int64_t base = static_cast<std::int64_t>(blockIdx.x) * per_round;
   // (row, vector) of the round's first vector, advanced by the stride without a 64-bit division.
@@ -293,12 +292,12 @@ __global__ void __launch_bounds__(block_threads, HEADROOM_CP_RUNS_MIN_BLOCKS_PER
   std::int64_t const stride_rows = stride / vpr;
   auto const stride_v = static_cast<std::uint32_t>(stride - stride_rows * vpr);
   std::int64_t last_row = -1, last_source = 0;
-  for (; base < end; base += stride) {
+  for (; base < total; base += stride) {
     V regs[runs_unroll];
 #pragma unroll
     for (int k = 0; k < runs_unroll; ++k) {
       std::uint32_t const offset = static_cast<std::uint32_t>(k) * block_threads + threadIdx.x;
-      if (base + offset < end) {
+      if (base + offset < total) {
         std::uint32_t r = 0, v = 0;
         vectors_per_row.divide(base_v + offset, r, v);
         std::int64_t const row = base_row + r;
@@ -312,7 +311,7 @@ __global__ void __launch_bounds__(block_threads, HEADROOM_CP_RUNS_MIN_BLOCKS_PER
 #pragma unroll
     for (int k = 0; k < runs_unroll; ++k) {
       std::uint32_t const offset = static_cast<std::uint32_t>(k) * block_threads + threadIdx.x;
-      if (base + offset < end) out[base + offset] = regs[k];
+      if (base + offset < total) out[base + offset] = regs[k];
     }
     base_row += stride_rows;
     base_v += stride_v;

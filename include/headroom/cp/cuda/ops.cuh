@@ -14,8 +14,8 @@
 // memory and binary-searches per output row. split and to_sequence_order under the two built-in
 // layouts, up to HEADROOM_CP_RUNS_MAX_BYTES of output, pass the rows as runs instead
 // (row_runs.hpp; up to row_runs::capacity of them) and read no device boundaries: that kernel
-// has no per-block set-up, which is what small copies lose to (docs/cp.md). The device values are not read back: they must
-// be the values the partition was built from. The vector_policy template parameter picks the
+// has no per-block set-up, which is what small copies lose to (docs/cp.md). The device values
+// are not read back: they must be the values the partition was built from. The vector_policy template parameter picks the
 // access width (copy_plan.hpp).
 #include <cuda_runtime_api.h>
 
@@ -131,11 +131,13 @@ template <class Source>
   });
 }
 
-/// Blocks of `kernel` resident on `device` at once (SMs x blocks per SM, as registers and
-/// threads allow), queried once per kernel and device. Shared memory is left out: a block's tile
-/// buffer and staged boundaries are small against an SM's, unless a batch has thousands of
+/// Blocks of `kernel` resident on the current device at once (SMs x blocks per SM, as registers
+/// and threads allow), queried once per kernel and device. Shared memory is left out: a block's
+/// tile buffer and staged boundaries are small against an SM's, unless a batch has thousands of
 /// sequences (then a grid may take a second wave, as before).
-[[nodiscard]] inline std::int64_t resident_blocks(void const* kernel, int device) {
+[[nodiscard]] inline std::int64_t resident_blocks(void const* kernel) {
+  int device = 0;
+  HEADROOM_CUDA_TRY(cudaGetDevice(&device));
   struct entry {
     void const* kernel;
     int device;
@@ -154,16 +156,21 @@ template <class Source>
   return blocks;
 }
 
+/// Vectors per row as the copy kernels index them: 32-bit and divided with fast_divmod (exact
+/// below 2^31), so rows of 2^30 vectors or more are refused.
+[[nodiscard]] inline std::uint32_t checked_vectors_per_row(copy_plan const& plan, char const* op) {
+  expects(plan.vectors_per_row < (std::int64_t{1} << 30), op, ": rows of ", plan.row_bytes,
+          " bytes are too wide (at most 2^30 - 1 vectors per row)");
+  return static_cast<std::uint32_t>(plan.vectors_per_row);
+}
+
 /// Picks tile size and grid, then launches copy_rows_kernel with the vector type of `plan`.
 /// `rows`: output rows (input rows for a scattering source).
 template <class Source>
 void launch_copy_rows(Source source, void const* in, void* out, std::int64_t rows, copy_plan const& plan,
                       fill_pattern const& fill, stream_view s, char const* op, grid_shape shape = grid_shape::resident) {
   if (rows == 0) return;
-  // Tile indices are 32-bit and divided with fast_divmod (exact below 2^31).
-  expects(plan.vectors_per_row < (std::int64_t{1} << 30), op, ": rows of ", plan.row_bytes,
-          " bytes are too wide (at most 2^30 - 1 vectors per row)");
-  auto const vpr = static_cast<std::uint32_t>(plan.vectors_per_row);
+  std::uint32_t const vpr = checked_vectors_per_row(plan, op);
 
   // Grid: as many blocks as the device keeps resident (a grid-stride loop covers the rest). The
   // kernel's registers, not its threads, bound that: on an H200, 4 blocks of 256 threads per SM
@@ -172,10 +179,7 @@ void launch_copy_rows(Source source, void const* in, void* out, std::int64_t row
   // HEADROOM_CP_COPY_WAVES blocks per resident slot: with more than one, a block that retires
   // is replaced at once and its set-up overlaps the others' copies (H200, 16K-128K x 4096 at
   // cp = 2 and 8: 4 waves 89.7-92.0 % of a copy, 1 wave 84.6-90.4 %, 2 waves 77.5-90.8 %).
-  int device = 0;
-  HEADROOM_CUDA_TRY(cudaGetDevice(&device));
-  std::int64_t const resident =
-      resident_blocks(copy_kernel_of<Source>(plan.vector_bytes), device) * HEADROOM_CP_COPY_WAVES;
+  std::int64_t const resident = resident_blocks(copy_kernel_of<Source>(plan.vector_bytes)) * HEADROOM_CP_COPY_WAVES;
 
   // Tiles of ~4K vectors keep the per-tile set-up (source rows, a barrier) small against the
   // copy. A small copy (a 16 MiB split) would leave most of the device idle with tiles that
@@ -224,12 +228,8 @@ void launch_copy_rows(Source source, void const* in, void* out, std::int64_t row
 inline void launch_copy_runs(row_runs const& runs, void const* in, void* out, copy_plan const& plan, stream_view s,
                              char const* op) {
   if (runs.rows == 0) return;
-  expects(plan.vectors_per_row < (std::int64_t{1} << 30), op, ": rows of ", plan.row_bytes,
-          " bytes are too wide (at most 2^30 - 1 vectors per row)");
-  auto const vpr = static_cast<std::uint32_t>(plan.vectors_per_row);
-  int device = 0;
-  HEADROOM_CUDA_TRY(cudaGetDevice(&device));
-  std::int64_t const resident = resident_blocks(runs_kernel_of(plan.vector_bytes), device) * HEADROOM_CP_RUNS_WAVES;
+  std::uint32_t const vpr = checked_vectors_per_row(plan, op);
+  std::int64_t const resident = resident_blocks(runs_kernel_of(plan.vector_bytes)) * HEADROOM_CP_RUNS_WAVES;
   std::int64_t const per_round = std::int64_t{block_threads} * runs_unroll;
   std::int64_t const rounds = (runs.rows * static_cast<std::int64_t>(vpr) + per_round - 1) / per_round;
   auto const grid = static_cast<unsigned>(std::min(rounds, resident));
