@@ -5,7 +5,7 @@
 # compiler, and doctest when the tests are on.
 include_guard(GLOBAL)
 
-set(HEADROOM_INSTALL_LINE "sudo apt-get update && sudo apt-get install -y cmake ninja-build g++ doctest-dev")
+set(HEADROOM_INSTALL_LINE "sudo apt-get update && sudo apt-get install -y cmake ninja-build g++ doctest-dev python3-venv python3-dev")
 
 # headroom_require(<missing>...): stops configure, naming what is missing and the install line.
 function(headroom_require)

@@ -1,0 +1,17 @@
+#pragma once
+// One function per headroom module adds that module's bindings to headroom._core; module.cpp
+// calls them in order. Each lives in <module>.cpp beside this file.
+#include <nanobind/nanobind.h>
+
+namespace headroom::python {
+
+namespace nb = nanobind;
+
+void bind_errors(nb::module_& m);
+void bind_pool(nb::module_& m);
+void bind_pipeline(nb::module_& m);
+void bind_cp(nb::module_& m);
+void bind_stats(nb::module_& m);
+void bind_trace(nb::module_& m);
+
+}  // namespace headroom::python

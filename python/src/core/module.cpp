@@ -1,0 +1,19 @@
+// headroom._core: the CUDA-free headers from Python. Thin by design (RMM-style): every type and
+// function here is a headroom C++ one; the Pythonic surface is in python/headroom/*.py.
+#include <nanobind/nanobind.h>
+
+#include "bindings.hpp"
+#include "headroom/version.hpp"
+
+NB_MODULE(_core, m) {
+  namespace nb = nanobind;
+  m.doc() = "headroom's C++ core (planners, schedules, CP index math, reports, snapshots)";
+  m.attr("__version__") = headroom::version.string;
+  m.attr("version_info") = nb::make_tuple(headroom::version.major, headroom::version.minor, headroom::version.patch);
+  headroom::python::bind_errors(m);
+  headroom::python::bind_pool(m);
+  headroom::python::bind_pipeline(m);
+  headroom::python::bind_cp(m);
+  headroom::python::bind_stats(m);
+  headroom::python::bind_trace(m);
+}
