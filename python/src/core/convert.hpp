@@ -7,6 +7,7 @@
 //   dtype t = as_dtype(obj);                              // "bf16", numpy.dtype, torch.bfloat16
 //   auto k = as_enum(obj, "planner", {"fixed", "max"});   // index of the name
 #include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
 
@@ -14,6 +15,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
+#include <utility>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -130,6 +134,48 @@ namespace nb = nanobind;
     known += (known.empty() ? "" : ", ") + std::string(name_of(t));
   throw invalid_argument(headroom::detail::concat(what, " = ", repr_of(h), "; expected one of ", known,
                                                   " (or bf16, fp16, fp32, fp8, u8, ...)"));
+}
+
+/// An int that C++ takes as `int` (CP sizes and ranks).
+[[nodiscard]] inline int as_int(nb::handle h, std::string_view what) {
+  long long const v = as_index(h, what);
+  expects(v >= std::numeric_limits<int>::min() && v <= std::numeric_limits<int>::max(), what, " = ", v,
+          " does not fit in a 32-bit int");
+  return static_cast<int>(v);
+}
+
+using int64_array = nb::ndarray<nb::numpy, std::int64_t, nb::ndim<1>>;
+using int64_matrix = nb::ndarray<nb::numpy, std::int64_t, nb::ndim<2>>;
+
+/// A numpy int64 array that owns `v` (no copy).
+[[nodiscard]] inline int64_array to_numpy(std::vector<std::int64_t>&& v) {
+  auto* owner = new std::vector<std::int64_t>(std::move(v));
+  nb::capsule free(owner, [](void* p) noexcept { delete static_cast<std::vector<std::int64_t>*>(p); });
+  return int64_array(owner->data(), {owner->size()}, free);
+}
+[[nodiscard]] inline int64_array to_numpy(std::span<std::int64_t const> v) {
+  return to_numpy(std::vector<std::int64_t>(v.begin(), v.end()));
+}
+
+/// A 1-d array of integers: numpy / DLPack int32 or int64 arrays are read directly (CPU,
+/// contiguous), any other sequence element by element; values wider than int64 are refused.
+[[nodiscard]] inline std::vector<std::int64_t> as_i64_vector(nb::handle h, std::string_view what) {
+  using i64 = nb::ndarray<std::int64_t const, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+  using i32 = nb::ndarray<std::int32_t const, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+  if (i64 a; nb::try_cast(h, a, false)) return {a.data(), a.data() + a.shape(0)};
+  if (i32 a; nb::try_cast(h, a, false)) return {a.data(), a.data() + a.shape(0)};
+  if (nb::hasattr(h, "ndim") && nb::cast<long>(h.attr("ndim")) != 1)
+    throw invalid_argument(headroom::detail::concat(what, " has ", nb::cast<long>(h.attr("ndim")),
+                                                    " dimensions; expected a 1-d array of integers"));
+  if (PyUnicode_Check(h.ptr()) || PyBytes_Check(h.ptr()) || !PySequence_Check(h.ptr()))
+    throw nb::type_error(headroom::detail::concat(what, " = ", repr_of(h), "; expected a 1-d sequence of integers").c_str());
+  std::vector<std::int64_t> out;
+  std::size_t i = 0;
+  for (nb::handle item : h) {
+    out.push_back(as_i64(item, headroom::detail::concat(what, "[", i, "]")));
+    ++i;
+  }
+  return out;
 }
 
 }  // namespace headroom::python
