@@ -216,3 +216,12 @@ def test_errors_are_the_package_classes():
         pool.plan(uniform(2), buffers=1)
     except headroom.error as e:
         assert type(e) is headroom.invalid_argument
+
+
+def test_torch_dtypes_are_read_without_importing_torch_in_the_core():
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    assert pool.bucket(torch.bfloat16, 4).dtype == "bfloat16"
+    assert pool.bucket(torch.float8_e4m3fn, 4).dtype == "uint8"  # fp8 stored as bytes, as Megatron does
+    assert pool.bucket(torch.int64, 2).bytes == 16
+    with pytest.raises(headroom.invalid_argument, match="dtype = torch.complex64"):
+        pool.bucket(torch.complex64, 1)

@@ -102,7 +102,8 @@ namespace nb = nanobind;
 
 /// An element type: headroom's names ("bfloat16", "uint8"), short ones ("bf16", "fp16", "f32",
 /// "u8", "fp8": stored as uint8 as Megatron does), or anything whose str() is such a name
-/// (numpy.dtype("float32"), torch.bfloat16: "torch." is dropped), so no torch import is needed.
+/// (numpy.dtype("float32"), torch.bfloat16: "torch." is dropped; torch.float8_* are uint8), so no
+/// torch import is needed.
 [[nodiscard]] inline dtype as_dtype(nb::handle h, std::string_view what = "dtype") {
   std::string name;
   if (nb::isinstance<nb::str>(h)) {
@@ -128,6 +129,7 @@ namespace nb = nanobind;
     if (name_of(t) == name) return t;
   for (auto const& a : aliases)
     if (a.name == name) return a.type;
+  if (name.rfind("float8_", 0) == 0) return dtype::u8;  // torch.float8_e4m3fn, ...: fp8 is stored as bytes
   std::string known;
   for (auto t : {dtype::u8, dtype::i8, dtype::i32, dtype::u32, dtype::i64, dtype::u64, dtype::f16, dtype::bf16,
                  dtype::f32, dtype::f64})
