@@ -225,3 +225,27 @@ def test_torch_dtypes_are_read_without_importing_torch_in_the_core():
     assert pool.bucket(torch.int64, 2).bytes == 16
     with pytest.raises(headroom.invalid_argument, match="dtype = torch.complex64"):
         pool.bucket(torch.complex64, 1)
+
+
+def test_leases_belong_to_their_pool():
+    w = uniform(2)
+    one, two = pool.HostUnitPool(pool.plan(w)), pool.HostUnitPool(pool.plan(w))
+    lease = one.acquire(1)
+    with pytest.raises(headroom.invalid_argument, match="belongs to another pool"):
+        two.release(lease)
+    one.release(lease)
+    with pytest.raises(headroom.logic_error, match="lease is empty"):
+        lease.index
+    with pytest.raises(headroom.invalid_argument, match="non-unit bucket 0 out of range"):
+        one.acquire_non_unit(0)  # uniform() has no non-unit buckets
+
+
+def test_non_unit_buckets_live_outside_the_arena():
+    w = pool.workload("w", [[("bf16", 8)], [("bf16", 8)]], non_unit=[("f32", 100)])
+    hp = pool.HostUnitPool(pool.plan(w))
+    n = hp.acquire_non_unit(0)
+    assert (n.kind, n.index, len(n), n.nbytes(0)) == ("non_unit", 0, 1, 400)
+    assert n.slot(0) is None and hp.offset(n, 0) is None
+    assert hp.stats["fallback_bytes_in_use"] == 400
+    hp.release(n)
+    assert hp.stats["fallback_bytes_in_use"] == 0
