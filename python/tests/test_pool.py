@@ -249,3 +249,19 @@ def test_non_unit_buckets_live_outside_the_arena():
     assert hp.stats["fallback_bytes_in_use"] == 400
     hp.release(n)
     assert hp.stats["fallback_bytes_in_use"] == 0
+
+
+def test_plan_sums_and_orders_validation():
+    w = pool.workload("mixed", [[("bf16", 8)], [("bf16", 8)], [("bf16", 16)]], non_unit=[("f32", 3)])
+    p = pool.plan(w, "fixed")
+    assert (p.unit_count(), p.pooled_units()) == (3, 2)
+    assert (p.unpooled_unit_bytes(), p.non_unit_total_bytes(), p.fallback_bytes()) == (32, 12, 44)
+    assert p.group_bytes() == 16 and p.non_unit_bytes == [12]
+    s = p.shapes[0]
+    assert (s.category_name, s.ordinal, s.bytes, s.defining_unit, s.defining_bucket) == ("bfloat16", 0, 16, 0, 0)
+    assert [(x.group, x.shape, x.offset, x.bytes) for x in p.slots] == [(0, 0, 0, 16), (1, 0, 256, 16)]
+    pool.validate_orders(3, [pool.training_order(3)], 2)
+    with pytest.raises(headroom.invalid_argument, match="unit 2 is missing from every execution order"):
+        pool.validate_orders(3, pool.order("o", [0, 1]), 2)
+    assert [c[0] for c in pool.models.reference_cases()][:2] == ["Nemotron-H-4B", "Nemotron-H-8B"]
+    assert pool.evaluation_order(w).units == [0, 1, 2] and len(pool.training_order(w, "t")) == 6
