@@ -501,3 +501,48 @@ def test_plan_prints_and_fingerprints():
     assert a.plan.fingerprint() == b.plan.fingerprint() != c.plan.fingerprint()
     text = str(a.plan)
     assert "planner=max" in text and "torch.bfloat16: slot sizes [48, 6]" in text
+
+
+# -------------------------------------------------------------------------------------------
+# plan agreement across ranks (gloo, two processes)
+
+def _agreement_worker(rank, init_file, out_dir):
+    import os
+    import pickle
+
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    results = {}
+    try:
+        same = hm.PoolAllocator("fsdp_params", cpu_groups(hybrid_groups()))
+        results["same"] = same.allocate(1, 48, torch.bfloat16, CPU).data.numel()
+        groups = hybrid_groups()
+        if rank == 1:
+            groups[2] = group([50], unit=1)  # one rank built a larger layer: slot 0 grows
+        differ = hm.PoolAllocator("fsdp_params", cpu_groups(groups))
+        try:
+            differ.allocate(1, 48, torch.bfloat16, CPU)
+            results["differ"] = "allocated"
+        except headroom.error as e:
+            results["differ"] = (type(e).__name__, str(e), differ.arena is None)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    with open(os.path.join(out_dir, f"rank{rank}.pkl"), "wb") as f:
+        pickle.dump(results, f)
+
+
+def test_ranks_with_different_plans_fail_before_allocating(tmp_path):
+    import pickle
+
+    import torch.multiprocessing as mp
+
+    mp.spawn(_agreement_worker, args=(str(tmp_path / "init"), str(tmp_path)), nprocs=2, join=True)
+    for r in range(2):
+        res = pickle.loads((tmp_path / f"rank{r}.pkl").read_bytes())
+        assert res["same"] == 48
+        cls, msg, no_arena = res["differ"]
+        assert cls == "collective_mismatch" and no_arena
+        assert "ranks of one data-parallel group planned different arenas" in msg
+        assert "rank 0: fingerprint" in msg and "rank 1: fingerprint" in msg
