@@ -286,121 +286,57 @@ def _plan_rank_matched(planner, name, groups, buffers, alignment, dtype_fn, requ
     return Plan(planner, name, buffers, alignment, sizes, definers, offsets, keys, slots, arena)
 
 
-def _interval_placement(unit_bytes: Dict[int, int], adjacency: Dict[int, set], alignment: int, order: List[int],
-                        bound: int):
-    """Fixed byte ranges such that adjacent units never overlap. Tries a two-sided placement
-    (exact at the bound for bipartite residency graphs such as training order with two units
-    resident), then lowest-fit in first-use order and by size; keeps the smallest."""
-    units = list(unit_bytes)
-
-    def lowest(taken, n):
-        cursor = 0
-        for b, e in sorted(taken):
-            if cursor + n <= b:
-                break
-            cursor = max(cursor, e)
-        return cursor
-
-    def highest(taken, n, limit):
-        top = limit
-        for b, e in sorted(taken, key=lambda r: -r[1]):
-            if e <= top - n:
-                break
-            top = min(top, b)
-            if top < n:
-                return None
-        return top - n if n <= top else None
-
-    side: Dict[int, int] = {}
-    for s in order + units:
-        if s in side:
-            continue
-        side[s] = 0
-        queue = [s]
-        for q in queue:
-            for v in adjacency[q]:
-                if v not in side:
-                    side[v] = 1 - side[q]
-                    queue.append(v)
-
-    def place(seq, sides, limit):
-        off: Dict[int, int] = {}
-        arena = 0
-        for u in seq:
-            taken = [(off[v], off[v] + unit_bytes[v]) for v in adjacency[u] if v in off]
-            lo = lowest(taken, unit_bytes[u])
-            hi = highest(taken, unit_bytes[u], limit)
-            o = lo
-            if sides.get(u, 0) and hi is not None:
-                o = hi
-            elif lo + unit_bytes[u] > limit and hi is not None:
-                o = hi
-            off[u] = o
-            arena = max(arena, o + unit_bytes[u])
-        return arena, off
-
-    by_first_use = order + [u for u in units if u not in set(order)]
-    by_size = sorted(by_first_use, key=lambda u: -unit_bytes[u])
-    best = None
-    for k in range(9):  # limits from the bound up, as the C++ planner (pool/interval.hpp)
-        if best is not None and best[0] <= bound:
-            break
-        limit = _align_up(bound + bound // 16 * k, alignment)
-        for seq in (by_first_use, by_size):
-            for sides in (side, {}):
-                cand = place(seq, sides, limit)
-                if best is None or cand[0] < best[0]:
-                    best = cand
-    return best
-
-
 @dataclasses.dataclass
 class _Trace:
-    """Units' lifetimes seen while learning: acquisition order and who was held with whom."""
+    """Units' lifetimes seen while learning: the acquisition order, and for every acquisition
+    how far back in that order the oldest unit still held was (so windows of that many
+    consecutive entries cover every pair of units that were alive together)."""
 
     order: List[int] = dataclasses.field(default_factory=list)
-    together: Dict[int, set] = dataclasses.field(default_factory=lambda: defaultdict(set))
+    last_position: Dict[int, int] = dataclasses.field(default_factory=dict)
+    span: int = 2  # N: consecutive entries of `order` that hold every co-resident pair
+    peak_bytes: int = 0  # largest sum of the units' bytes held at one time (seen)
     bucket_bytes: Dict[int, int] = dataclasses.field(default_factory=dict)
-    peak_units: int = 0
-    windows: List[Tuple[int, ...]] = dataclasses.field(default_factory=list)
 
 
-def _plan_interval(name, groups, alignment, trace: _Trace, request_bytes) -> Plan:
+def _dtype_name(d) -> str:
+    return str(_storage_dtype(d)).replace("torch.", "")
+
+
+def _plan_interval(name, groups, alignment, trace: _Trace, request_bytes, dtype_of) -> Plan:
+    """The C++ interval planner (headroom.pool.make_interval_plan) on the learned order: units
+    alive together in any window of ``trace.span`` consecutive acquisitions never share a byte;
+    the plan is at or near ``headroom.pool.lower_bound`` of that order."""
+    from headroom import pool as hp
+
     units = _unit_buckets(groups)
-    seen = [u for u in units if u in set(trace.order)]
-    unit_bytes = {}
+    seen = [u for u in units if u in trace.last_position]  # units the step acquired
+    index = {u: i for i, u in enumerate(seen)}
+
+    def nbytes(b):
+        return max(trace.bucket_bytes.get(b, 0), request_bytes.get(b) or 0)
+
+    w = hp.workload(
+        name,
+        [hp.unit(f"unit {u}", [hp.bucket(_dtype_name(dtype_of[b]), bytes=max(nbytes(b), 1)) for b in units[u]])
+         for u in seen],
+    )
+    order = [hp.order("learned", [index[u] for u in trace.order])]
+    cpp = hp.make_interval_plan(w, order, resident=trace.span, alignment=alignment)
+    bound = hp.lower_bound(w, order, resident=trace.span, alignment=alignment)
+    slots, ranges, bucket_key, bucket_offsets = [], {}, {}, {}
     for u in seen:
-        total = 0
-        for b in units[u]:
-            n = max(trace.bucket_bytes.get(b, 0), request_bytes.get(b) or 0)
-            total += _align_up(n, alignment)
-        unit_bytes[u] = total
-    adjacency = {u: set(v for v in trace.together[u] if v in unit_bytes and v != u) for u in seen}
-    # Lower bound: the largest sum of the units held at one time (an exact maximum weight clique
-    # of an interval graph is attained at some moment; `windows` lists the held sets seen).
-    bound = max((sum(unit_bytes[u] for u in w) for w in trace.windows), default=0)
-    arena, offsets = (0, {}) if not seen else _interval_placement(unit_bytes, adjacency, alignment, trace.order, bound)
-    order_first = []
-    for u in trace.order:
-        if u not in order_first:
-            order_first.append(u)
-    slots = []
-    ranges = {}
-    bucket_key = {}
-    bucket_offsets = {}
-    for u in order_first:
-        cursor = offsets[u]
-        ranges[u] = (offsets[u], unit_bytes[u])
-        for b in units[u]:
-            n = max(trace.bucket_bytes.get(b, 0), request_bytes.get(b) or 0)
-            slots.append(Slot(0, "unit", b, cursor, n))
+        begin, end = None, 0
+        for j, b in enumerate(units[u]):
+            (offset,) = cpp.bucket_offsets(index[u], j)
+            slots.append(Slot(0, "unit", b, offset, cpp.bucket_bytes[index[u]][j]))
             bucket_key[b] = "unit"
             bucket_offsets[b] = len(slots) - 1
-            cursor += _align_up(n, alignment)
-    return Plan(
-        "interval", name, 1, alignment, {}, {}, bucket_offsets, bucket_key, slots,
-        _align_up(arena, alignment), bound, ranges,
-    )
+            begin = offset if begin is None else min(begin, offset)
+            end = max(end, offset + cpp.bucket_bytes[index[u]][j])
+        ranges[u] = (begin, end - begin)
+    return Plan("interval", name, 1, alignment, {}, {}, bucket_offsets, bucket_key, slots,
+                cpp.arena_bytes, bound, ranges)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -771,15 +707,16 @@ class PoolAllocator:
             t = self._trace
             held = self._held_units
             if not held[unit]:
+                position = len(t.order)
                 t.order.append(unit)
                 others = [u for u, bs in held.items() if bs and u != unit]
-                for u in others:
-                    t.together[unit].add(u)
-                    t.together[u].add(unit)
-                t.windows.append(tuple(others) + (unit,))
-                t.peak_units = max(t.peak_units, len(others) + 1)
+                for u in others:  # u and unit are alive together: the window must reach back to u
+                    t.span = max(t.span, position - t.last_position[u] + 1)
+                t.last_position[unit] = position
             held[unit].add(bucket_id)
             t.bucket_bytes[bucket_id] = max(t.bucket_bytes.get(bucket_id, 0), nbytes)
+            held_bytes = sum(t.bucket_bytes[b] for bs in held.values() for b in bs)
+            t.peak_bytes = max(t.peak_bytes, held_bytes)
             self._dynamic_held.add(bucket_id)
             self.stats["dynamic_allocations"] += 1
             return self._dynamic.allocate(bucket_id, size, dtype, device)
@@ -853,7 +790,8 @@ class PoolAllocator:
                 f"PoolAllocator '{self.name}': end_step() before any unit was allocated; the interval "
                 "planner learns the units' order from one full step"
             )
-        plan = _plan_interval(self.name, self.fsdp_param_groups, self.alignment, self._trace, self._request_bytes())
+        plan = _plan_interval(self.name, self.fsdp_param_groups, self.alignment, self._trace, self._request_bytes(),
+                              self._bucket_dtype)
         self._materialize(plan, self._device, self._ctx)
         self.plan = plan
 

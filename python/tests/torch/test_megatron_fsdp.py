@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import headroom
+from headroom import pool as hp
 from headroom.torch import megatron_fsdp as hm
 
 CPU = torch.device("cpu")
@@ -107,42 +108,58 @@ def test_max_plan_equals_megatron_on_random_workloads(seed):
     assert_same_plan_as_megatron(groups)
 
 
+TORCH_DTYPE = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32, "uint8": "float8"}
+
+
 def preset_workloads():
-    """(name, [(unit, dtype, elements)], non-unit) for every model preset of headroom.pool."""
-    core_pool = getattr(headroom._core, "pool", None)
-    table = getattr(core_pool, "model_table", None)
-    if table is None:
-        pytest.skip("headroom._core.pool exposes no model presets (model_table / make_workload) in this build")
-    out = []
-    for config in table():
-        for options in ({}, {"expert_parallel": 8}, {"fp8_params": True, "first_last_layers_bf16": True}):
+    """One rank's workload of every model preset (bf16, EP 8, FP8 weights with bf16 ends)."""
+    for name in hp.models.names():
+        for ep, fp8 in ((1, False), (8, False), (8, True)):
             try:
-                w = core_pool.make_workload(config, **options)
+                yield hp.model_workload(name, ep, fp8_params=fp8)
             except headroom.invalid_argument:
-                continue  # EP that does not divide the experts of this model
-            out.append(w)
-    return out
+                assert ep > 1  # EP that does not divide this model's experts
+                continue
 
 
 def groups_of_workload(w):
-    dt = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "f32": torch.float32, "fp32": torch.float32,
-          "float32": torch.float32, "u8": "float8", "uint8": "float8", "f16": torch.float16, "float16": torch.float16}
+    """Megatron parameter groups (meta tensors: no memory) with the workload's buckets."""
     groups = []
     for u, unit in enumerate(w.units):
         for b in unit.buckets:
-            d = dt[str(b.dtype).split(".")[-1]]
-            item = 1 if d == "float8" else torch.empty((), dtype=d, device="meta").element_size()
-            groups.append(group([b.bytes // item], dtype=d, unit=u))
+            groups.append(group([b.elements], dtype=TORCH_DTYPE[b.dtype], unit=u))
     for b in w.non_unit:
-        groups.append(group([1], unit=None))
+        groups.append(group([b.elements], dtype=TORCH_DTYPE[b.dtype], unit=None))
     return groups
 
 
 def test_max_plan_equals_megatron_on_every_model_preset():
-    workloads = preset_workloads()
-    assert workloads
+    workloads = list(preset_workloads())
+    assert len(workloads) >= 2 * len(hp.models.names())
     for w in workloads:
-        assert_same_plan_as_megatron(groups_of_workload(w))
+        ours, theirs = assert_same_plan_as_megatron(groups_of_workload(w))
+        # and the C++ max planner (headroom.pool) makes the same slots from the same workload
+        cpp = hp.plan(w, "max", buffers=2)
+        assert ours.plan.arena_bytes == cpp.arena_bytes
+        cpp_sizes = {}
+        for shape in cpp.shapes:
+            cpp_sizes.setdefault(hm._storage_dtype(TORCH_DTYPE[shape.category_name]), []).append(shape.bytes)
+        assert cpp_sizes == {k: [n * hm._itemsize(k) for n in v] for k, v in ours.plan.max_sizes.items()}
+
+
+def test_interval_learned_from_a_preset_meets_the_bound():
+    w = hp.model_workload("Nemotron-3-Nano-30B-A3B", 8)
+    groups = groups_of_workload(w)
+    scaled = [group([max(1, numel(g) // 4096)], dtype=g.dtype, unit=g.fsdp_unit_id, device="cpu") for g in groups]
+    a = hm.PoolAllocator("fsdp_params", scaled, planner="interval")
+    run_step(a, scaled)
+    a.end_step()
+    mx = hm.PoolAllocator("fsdp_params", scaled)
+    run_step(mx, scaled)
+    assert a.plan.arena_bytes == a.plan.lower_bound >= a._trace.peak_bytes
+    assert a.plan.arena_bytes < mx.plan.arena_bytes
+    run_step(a, scaled)
+    assert a.stats["off_trace_fallbacks"] == 0
 
 
 # -------------------------------------------------------------------------------------------
