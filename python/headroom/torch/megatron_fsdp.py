@@ -573,6 +573,15 @@ class PoolAllocator:
         for fn in list(_lease_listeners):
             fn(event)
 
+    def leases(self) -> List[Dict[str, Any]]:
+        """The arena slots held now: allocator name, bucket, unit, addr, size (bytes), slot label."""
+        return [
+            {"allocator": self.name, "bucket": b, "unit": self.fsdp_param_groups[b].fsdp_unit_id,
+             "addr": bk.data.data_ptr(),
+             "size": bk.data.numel() * bk.data.element_size(), "slot": slot.label()}
+            for b, (bk, slot) in self._leased.items()
+        ]
+
     # -- the contract ------------------------------------------------------------------------
 
     def allocate(
