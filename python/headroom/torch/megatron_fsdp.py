@@ -109,9 +109,9 @@ def allocators() -> List["PoolAllocator"]:
 def end_step() -> None:
     """Tells every live ``interval`` allocator that a training step ended.
 
-    The first call after construction turns what it saw into a plan and allocates its arena;
-    later calls do nothing. Call it on every rank at the same point (after ``optimizer.step()``):
-    the plan's fingerprint is compared across the data-parallel group there.
+    The first call after an allocator served units turns what it saw into a plan and allocates
+    its arena; later calls do nothing. Call it on every rank at the same point (after
+    ``optimizer.step()``): the plan's fingerprint is compared across the data-parallel group there.
     """
     for a in allocators():
         a.end_step()
@@ -790,19 +790,19 @@ class PoolAllocator:
                     return False
         return True
 
-    def end_step(self) -> None:
-        """interval: plan from the trace and allocate the arena (first call only)."""
-        if self.planner != "interval" or self.plan is not None:
-            return
-        if not self._trace.order:
-            raise headroom.logic_error(
-                f"PoolAllocator '{self.name}': end_step() before any unit was allocated; the interval "
-                "planner learns the units' order from one full step"
-            )
+    def end_step(self) -> bool:
+        """interval: plan from what the step(s) since construction did and allocate the arena.
+
+        Returns True when this call made the plan. An allocator that has served no unit yet
+        (Megatron builds four; a run uses some) stays as it is and plans at the first end_step
+        after it served one; planned allocators and the other planners ignore the call."""
+        if self.planner != "interval" or self.plan is not None or not self._trace.order:
+            return False
         plan = _plan_interval(self.name, self.fsdp_param_groups, self.alignment, self._trace, self._request_bytes(),
                               self._bucket_dtype)
         self._materialize(plan, self._device, self._ctx)
         self.plan = plan
+        return True
 
 
 # ---------------------------------------------------------------------------------------------

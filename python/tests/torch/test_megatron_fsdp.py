@@ -471,10 +471,17 @@ def test_interval_never_overlaps_off_trace():
     assert lo <= z.data.data_ptr() < hi
 
 
-def test_interval_end_step_before_any_unit_is_an_error():
-    a = hm.PoolAllocator("p", cpu_groups(hybrid_groups()), planner="interval")
-    with pytest.raises(headroom.logic_error, match=r"end_step\(\) before any unit was allocated"):
-        a.end_step()
+def test_interval_end_step_waits_for_a_step_that_used_the_allocator():
+    groups = cpu_groups([group([1024 if u % 2 == 0 else 128], unit=u) for u in range(4)])
+    a = hm.PoolAllocator("p", groups, planner="interval")
+    unused = hm.PoolAllocator("fsdp_fp8_transpose_params", groups, planner="interval")
+    hm.end_step()  # nothing served yet: both keep learning
+    assert a.plan is None and unused.plan is None
+    run_step(a, groups)
+    hm.end_step()
+    assert a.plan is not None and a.arena is not None
+    assert unused.plan is None and unused.arena is None  # never used: never allocates
+    assert a.end_step() is False  # planned once
 
 
 def test_lease_events_report_slots():
