@@ -289,20 +289,22 @@ def merge_pool_events(snapshot: Dict[str, Any], events: List[Mapping[str, Any]],
                 continue
             blocks, cursor, out = seg["blocks"], addr, []
             for blk in blocks:
-                start = cursor
-                cursor += blk["size"]
+                start = blk.get("address", cursor)
+                cursor = start + blk["size"]
                 if start != base:
                     out.append(blk)
                     continue
                 pos = base
-                for h in held:
+                for h in held:  # torch's Block fields, address included
                     if h["addr"] > pos:
-                        out.append({"size": h["addr"] - pos, "requested_size": 0, "state": "inactive", "frames": []})
-                    out.append({"size": h["size"], "requested_size": h["size"], "state": "active_allocated",
-                                "frames": [_frame(h)]})
+                        out.append({"address": pos, "size": h["addr"] - pos, "requested_size": 0,
+                                    "state": "inactive", "frames": []})
+                    out.append({"address": h["addr"], "size": h["size"], "requested_size": h["size"],
+                                "state": "active_allocated", "frames": [_frame(h)]})
                     pos = h["addr"] + h["size"]
                 if start + blk["size"] > pos:
-                    out.append({"size": start + blk["size"] - pos, "requested_size": 0, "state": "inactive", "frames": []})
+                    out.append({"address": pos, "size": start + blk["size"] - pos, "requested_size": 0,
+                                "state": "inactive", "frames": []})
             seg["blocks"] = out
             seg["active_size"] = sum(b["size"] for b in out if b["state"].startswith("active"))
             seg["allocated_size"] = sum(b["size"] for b in out if b["state"] == "active_allocated")

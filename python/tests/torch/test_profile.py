@@ -50,9 +50,10 @@ class RecordingBackend:
                 "segment_type": "large", "allocated_size": 1024 + rounded, "active_size": 1024 + rounded,
                 "requested_size": 1024 + n,
                 "blocks": [
-                    {"size": 1024, "requested_size": 1000, "state": "active_allocated", "frames": []},
-                    {"size": rounded, "requested_size": n, "state": "active_allocated", "frames": []},
-                    {"size": 4096, "requested_size": 0, "state": "inactive", "frames": []},
+                    {"address": base - 1024, "size": 1024, "requested_size": 1000, "state": "active_allocated",
+                     "frames": []},
+                    {"address": base, "size": rounded, "requested_size": n, "state": "active_allocated", "frames": []},
+                    {"address": base + rounded, "size": 4096, "requested_size": 0, "state": "inactive", "frames": []},
                 ],
             })
         return {"segments": segments, "device_traces": [list(self.trace)], "allocator_settings": {}}
@@ -198,6 +199,7 @@ def test_pool_slots_are_merged_into_the_snapshot(tmp_path):
     assert sum(b["size"] for b in seg["blocks"]) == seg["total_size"]
     cursor, active = seg["address"], []
     for blk in seg["blocks"]:
+        assert blk["address"] == cursor  # torch's Block fields stay consistent
         if blk["state"] == "active_allocated":
             active.append((cursor, blk["size"], blk["frames"][0]["name"] if blk["frames"] else ""))
         cursor += blk["size"]
