@@ -295,6 +295,7 @@ class _Trace:
     order: List[int] = dataclasses.field(default_factory=list)
     last_position: Dict[int, int] = dataclasses.field(default_factory=dict)
     span: int = 2  # N: consecutive entries of `order` that hold every co-resident pair
+    peak_units: int = 0  # most units held at one time
     peak_bytes: int = 0  # largest sum of the units' bytes held at one time (seen)
     bucket_bytes: Dict[int, int] = dataclasses.field(default_factory=dict)
 
@@ -322,21 +323,37 @@ def _plan_interval(name, groups, alignment, trace: _Trace, request_bytes, dtype_
          for u in seen],
     )
     order = [hp.order("learned", [index[u] for u in trace.order])]
-    cpp = hp.make_interval_plan(w, order, resident=trace.span, alignment=alignment)
-    bound = hp.lower_bound(w, order, resident=trace.span, alignment=alignment)
+    if trace.peak_units == 1:
+        # One unit at a time: every unit starts at offset 0 (the C++ planner wants N >= 2).
+        offsets = {}
+        for u in seen:
+            cursor = 0
+            for j, b in enumerate(units[u]):
+                offsets[(index[u], j)] = cursor
+                cursor += _align_up(w.units[index[u]].buckets[j].bytes, alignment)
+        unit_sizes = [sum(_align_up(b.bytes, alignment) for b in unit.buckets) for unit in w.units]
+        bound = arena = max(unit_sizes)
+        bytes_of = lambda ui, j: w.units[ui].buckets[j].bytes  # noqa: E731
+        offset_of = lambda ui, j: offsets[(ui, j)]  # noqa: E731
+    else:
+        cpp = hp.make_interval_plan(w, order, resident=trace.span, alignment=alignment)
+        bound = hp.lower_bound(w, order, resident=trace.span, alignment=alignment)
+        arena = cpp.arena_bytes
+        bytes_of = lambda ui, j: cpp.bucket_bytes[ui][j]  # noqa: E731
+        offset_of = lambda ui, j: cpp.bucket_offsets(ui, j)[0]  # noqa: E731
     slots, ranges, bucket_key, bucket_offsets = [], {}, {}, {}
     for u in seen:
         begin, end = None, 0
         for j, b in enumerate(units[u]):
-            (offset,) = cpp.bucket_offsets(index[u], j)
-            slots.append(Slot(0, "unit", b, offset, cpp.bucket_bytes[index[u]][j]))
+            offset, n = offset_of(index[u], j), bytes_of(index[u], j)
+            slots.append(Slot(0, "unit", b, offset, n))
             bucket_key[b] = "unit"
             bucket_offsets[b] = len(slots) - 1
             begin = offset if begin is None else min(begin, offset)
-            end = max(end, offset + cpp.bucket_bytes[index[u]][j])
+            end = max(end, offset + n)
         ranges[u] = (begin, end - begin)
     return Plan("interval", name, 1, alignment, {}, {}, bucket_offsets, bucket_key, slots,
-                cpp.arena_bytes, bound, ranges)
+                _align_up(arena, alignment), bound, ranges)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -722,6 +739,7 @@ class PoolAllocator:
                 for u in others:  # u and unit are alive together: the window must reach back to u
                     t.span = max(t.span, position - t.last_position[u] + 1)
                 t.last_position[unit] = position
+                t.peak_units = max(t.peak_units, len(others) + 1)
             held[unit].add(bucket_id)
             t.bucket_bytes[bucket_id] = max(t.bucket_bytes.get(bucket_id, 0), nbytes)
             held_bytes = sum(t.bucket_bytes[b] for bs in held.values() for b in bs)

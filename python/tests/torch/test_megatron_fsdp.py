@@ -447,6 +447,19 @@ def test_interval_learns_then_plans_at_the_lower_bound():
     assert all(first[k].data.data_ptr() != second[k].data.data_ptr() for k in first)
 
 
+def test_interval_with_one_unit_at_a_time_shares_one_range():
+    groups = cpu_groups([group([1024 if u % 2 == 0 else 128], unit=u) for u in range(6)])
+    a = hm.PoolAllocator("p", groups, planner="interval")
+    run_step(a, groups, resident=1)
+    a.end_step()
+    assert a.plan.arena_bytes == a.plan.lower_bound == 2048
+    assert {r[0] for r in a.plan.unit_ranges.values()} == {0}
+    run_step(a, groups, resident=1)
+    assert a.stats["off_trace_fallbacks"] == 0
+    run_step(a, groups, resident=2)  # two at once was never seen: served apart, never overlapping
+    assert a.stats["off_trace_fallbacks"] > 0
+
+
 def test_interval_never_overlaps_off_trace():
     groups = cpu_groups([group([1024 if u % 2 == 0 else 128], unit=u) for u in range(6)])
     a = hm.PoolAllocator("p", groups, planner="interval")
