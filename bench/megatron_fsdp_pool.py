@@ -432,6 +432,12 @@ def main() -> int:
         print(f"{row['run']:18s} {row['pool_bytes'] / 2**20:9.2f} {row['peak_allocated'] / 2**20:9.2f} "
               f"{row['peak_minus_maxpool'] / 2**20:+11.2f} {row['median_step_ms']:8.2f} "
               f"{row['step_time_vs_maxpool']:6.3f}  {'bit-equal' if row['losses_bit_equal_to_maxpool'] else 'DIFFER'}")
+    for row in rows[1:]:
+        print(f"{row['run']:18s} arenas used: " + (", ".join(
+            f"{p['name']} {p['arena_bytes'] / 2**20:.2f} MiB (lower bound {(p['lower_bound'] or 0) / 2**20:.2f})"
+            for p in row["arenas"]) or "none") + f"; moves {row['moves']}, off-trace {row['off_trace_fallbacks']}")
+    print("megatron_maxpool   slots: " + ", ".join(
+        f"{k} {v / 2**20:.2f} MiB" for k, v in sorted(ref["megatron_slot_bytes"].items())))
     for text, ok in checks:
         print(f"{'PASS' if ok else 'FAIL'}  {text}")
 
