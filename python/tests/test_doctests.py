@@ -4,7 +4,7 @@ import importlib
 import pytest
 
 
-@pytest.mark.parametrize("name", ["headroom.pool", "headroom.cp"])
+@pytest.mark.parametrize("name", ["headroom.pool", "headroom.cp", "headroom.pipeline", "headroom.stats", "headroom.trace"])
 def test_module_examples_run(name):
     result = doctest.testmod(importlib.import_module(name))
     assert result.attempted > 0 and result.failed == 0
