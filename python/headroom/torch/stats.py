@@ -7,35 +7,33 @@ the rank that holds the max. ``reduce_max_memory_across_pp_group(memory_report, 
 drop-in for Megatron-Bridge's function of that name (same arguments, same result), exact where it
 is not.
 
-* Exact: values travel as int64 (floats as their order-preserving 64-bit pattern), so counters
-  above 2^53 (byte counts of a long run) keep every digit; ints come back as int, floats as
-  float, bools as bool.
-* Agreement: the first call on a group compares the ranks' key sets (one ``all_gather_object``)
-  and remembers them; every later call is one ``all_reduce`` whose header carries the schema's
-  fingerprint, so a rank whose keys changed makes every rank raise
-  :class:`headroom.collective_mismatch` naming the keys, with the group still usable (nothing is
-  left half-sent). Differing keys are never a hang and never silently mixed.
+* Exact: the reduction is :mod:`headroom.stats`' (the C++ reducer's int64 wire words: integers
+  never pass through floating point, doubles bit-exact), so counters above 2^53 keep every
+  digit; ints come back as int, floats as float, bools as bool.
+* Agreement: the first call on a group compares the ranks' key sets (one ``all_gather_object``,
+  naming the keys each rank lacks) and sizes the wire for them; every later call is one
+  ``all_reduce`` (``gather``: one ``all_gather``) whose header carries the keys' hash, so a rank
+  whose keys changed makes every rank raise :class:`headroom.collective_mismatch`, with the
+  group still usable. Differing keys are never a hang and never silently mixed.
 * No-op (a copy of the report) when torch.distributed is not initialised, the group has one rank,
   or the report is empty. The input is never mutated.
 """
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
-import struct
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 import torch
 import torch.distributed as dist
 
 import headroom
+from headroom import stats as hstats
 
 __all__ = ["max_memory_report", "gather", "KeyStats", "reduce_max_memory_across_pp_group", "forget_agreements"]
 
 Number = Union[int, float, bool]
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-_FLIP = 0x7FFFFFFFFFFFFFFF
 
 
 def _type_tag(key: str, v: Any) -> str:
@@ -56,30 +54,21 @@ def _type_tag(key: str, v: Any) -> str:
     )
 
 
-def _encode(tag: str, v: Any) -> int:
-    """int64 whose order is the value's order (floats: IEEE bits, negatives flipped)."""
+def _plain(tag: str, v: Any) -> Number:
+    """What headroom.stats carries: int64 or float64 (bools as 0 / 1)."""
     if isinstance(v, torch.Tensor):
         v = v.item()
-    if tag == "float":
-        (bits,) = struct.unpack("<q", struct.pack("<d", float(v)))
-        return bits if bits >= 0 else bits ^ _FLIP
-    return int(v)
+    return float(v) if tag == "float" else int(v)
 
 
-def _decode(tag: str, x: int) -> Number:
-    if tag == "float":
-        bits = x if x >= 0 else x ^ _FLIP
-        return struct.unpack("<d", struct.pack("<q", bits))[0]
-    if tag == "bool":
-        return bool(x)
-    return int(x)
+def _typed(tag: str, v: Number) -> Number:
+    return bool(v) if tag == "bool" else v
 
 
 @dataclasses.dataclass(frozen=True)
 class _Schema:
     keys: Tuple[str, ...]  # sorted: every rank lays its values out in the same order
     tags: Tuple[str, ...]
-    fingerprint: int  # 62 bits, so that its negation fits in int64
 
     @staticmethod
     def of(report: Mapping[str, Any]) -> "_Schema":
@@ -87,13 +76,14 @@ class _Schema:
             if not isinstance(k, str):
                 raise headroom.invalid_argument(f"headroom.torch.stats: key {k!r} is not a string")
         keys = tuple(sorted(report))
-        tags = tuple(_type_tag(k, report[k]) for k in keys)
-        digest = hashlib.blake2b(repr((keys, tags)).encode(), digest_size=8).digest()
-        return _Schema(keys, tags, int.from_bytes(digest, "little") >> 2)
+        return _Schema(keys, tuple(_type_tag(k, report[k]) for k in keys))
+
+    def report(self, values: Mapping[str, Any]):
+        return hstats.report({k: _plain(t, values[k]) for k, t in zip(self.keys, self.tags)})
 
 
-# group -> the schema every rank agreed on (so steady-state calls need one collective)
-_agreed: Dict[Any, _Schema] = {}
+# group -> (the schema every rank agreed on, the wire plan sized for it)
+_agreed: Dict[Any, Tuple[_Schema, Any]] = {}
 
 
 def forget_agreements() -> None:
@@ -156,7 +146,7 @@ def _agree(schema: _Schema, group) -> None:
     for i, other in enumerate(everyone):
         if other != first:
             raise headroom.collective_mismatch(_describe_mismatch(group, everyone))
-    _agreed[gk] = schema
+    _agreed[gk] = (schema, hstats.ReducePlan(max(1, len(schema.keys))))
 
 
 def _describe_mismatch(group, everyone) -> str:
@@ -183,41 +173,45 @@ def _describe_mismatch(group, everyone) -> str:
     )
 
 
-def _collective(schema: _Schema, values: List[int], group, op) -> List[List[int]]:
-    """One collective of [fingerprint, -fingerprint, values...]: ``op`` is "max" (all_reduce) or
-    "gather" (all_gather). A rank whose schema is not the agreed one sends the agreed length with
-    its own fingerprint and zeros, so the lengths always match and every rank sees the
-    difference. All ranks changed the same way: they agree on the new keys and run it again."""
+def _collective(schema: _Schema, values: Mapping[str, Any], group, op: str):
+    """One collective of headroom.stats' wire words for the agreed plan: "max" (all_reduce MAX,
+    returns a dict) or "gather" (all_gather, returns a RankTable). Every rank packs its own
+    keys into the same number of words, so a rank whose keys changed still meets the others and
+    every rank gets the same error after the collective. Keys that outgrew the plan on every
+    rank (capacity_error everywhere): the ranks agree again and run it once more."""
     gk = _group_key(group)
-    agreed = _agreed[gk]
-    own = schema == agreed
-    payload = [schema.fingerprint, -schema.fingerprint] + (values if own else [0] * len(agreed.keys))
-    t = torch.tensor(payload, dtype=torch.int64, device=_device(group))
-    if op == "max":
-        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
-        rows = [t.tolist()]
-        same = rows[0][0] == -rows[0][1]
-    else:
-        parts = [torch.empty_like(t) for _ in range(dist.get_world_size(group))]
-        dist.all_gather(parts, t, group=group)
-        rows = [p.tolist() for p in parts]
-        same = all(r[0] == rows[0][0] for r in rows)
-    if same and own:
-        return [r[2:] for r in rows]
-    _agreed.pop(gk, None)
-    if same:  # every rank moved to the same new keys: a new agreement, then the real exchange
+    agreed, plan = _agreed[gk]
+    r = schema.report(values)
+    rank, size = dist.get_rank(group), dist.get_world_size(group)
+    device = _device(group)
+    try:
+        if op == "max":
+            t = torch.from_numpy(hstats.pack_max(r, plan)).to(device)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+            out = hstats.unpack_max(r, t.cpu().numpy(), plan, rank, size).as_dict()
+        else:
+            t = torch.from_numpy(hstats.pack_gather(r, plan)).to(device)
+            parts = [torch.empty_like(t) for _ in range(size)]
+            dist.all_gather(parts, t, group=group)
+            out = hstats.unpack_gather(r, torch.cat(parts).cpu().numpy(), plan, rank, size)
+    except headroom.capacity_error:
+        _agreed.pop(gk, None)  # the same on every rank: agree on the new keys (or name them), redo
         _agree(schema, group)
         return _collective(schema, values, group, op)
-    added = sorted(set(schema.keys) - set(agreed.keys))
-    removed = sorted(set(agreed.keys) - set(schema.keys))
-    detail = "this rank's keys differ from the keys the group agreed on" if not own else (
-        "another rank's keys differ from the keys the group agreed on")
-    raise headroom.collective_mismatch(
-        f"headroom.torch.stats: the ranks of the group report different keys ({detail}"
-        + (f"; added here: {added[:8]}" if added else "")
-        + (f"; missing here: {removed[:8]}" if removed else "")
-        + f"; {len(agreed.keys)} keys agreed); the next call compares the keys again"
-    )
+    except headroom.collective_mismatch as e:
+        _agreed.pop(gk, None)
+        added = sorted(set(schema.keys) - set(agreed.keys))
+        removed = sorted(set(agreed.keys) - set(schema.keys))
+        detail = ("this rank's keys differ from the keys the group agreed on" if (added or removed)
+                  else "another rank's keys differ from the keys the group agreed on")
+        raise headroom.collective_mismatch(
+            f"headroom.torch.stats: the ranks of the group report different keys ({detail}"
+            + (f"; added here: {added[:8]}" if added else "")
+            + (f"; missing here: {removed[:8]}" if removed else "")
+            + f"; {len(agreed.keys)} keys agreed; {e}); the next call compares the keys again"
+        ) from e
+    _agreed[gk] = (schema, plan)  # every rank reduced these keys: they are the agreed ones now
+    return out
 
 
 def max_memory_report(
@@ -240,10 +234,9 @@ def max_memory_report(
         return dict(chosen)
     schema = _Schema.of(chosen)
     _agree(schema, group)
-    encoded = [_encode(tag, chosen[k]) for k, tag in zip(schema.keys, schema.tags)]
-    (reduced,) = _collective(schema, encoded, group, "max")
-    by_key = {k: _decode(tag, x) for k, tag, x in zip(schema.keys, schema.tags, reduced)}
-    return {k: by_key[k] for k in chosen}
+    by_key = _collective(schema, chosen, group, "max")
+    tags = dict(zip(schema.keys, schema.tags))
+    return {k: _typed(tags[k], by_key[k]) for k in chosen}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -272,28 +265,21 @@ def gather(
     schema = _Schema.of(chosen)
     if not _active(group):
         rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-        return {k: _summary(k, [chosen[k]], [rank]) for k in chosen}
+        alone = {k: v.item() if isinstance(v, torch.Tensor) else v for k, v in chosen.items()}
+        return {k: KeyStats((v,), v, v, float(v), rank, rank) for k, v in alone.items()}
     _agree(schema, group)
-    n = dist.get_world_size(group)
-    encoded = [_encode(tag, chosen[k]) for k, tag in zip(schema.keys, schema.tags)]
-    table = _collective(schema, encoded, group, "gather")
-    ranks = [_global_rank(group, i) for i in range(n)]
+    table = _collective(schema, chosen, group, "gather")
+    ranks = [_global_rank(group, i) for i in range(dist.get_world_size(group))]
+    tags = dict(zip(schema.keys, schema.tags))
     out = {}
-    for j, (k, tag) in enumerate(zip(schema.keys, schema.tags)):
-        out[k] = _summary(k, [_decode(tag, row[j]) for row in table], ranks)
-    return {k: out[k] for k in chosen}
-
-
-def _summary(key, values: Sequence[Number], ranks: Sequence[int]) -> KeyStats:
-    if isinstance(values[0], torch.Tensor):
-        values = [v.item() for v in values]
-    hi = max(range(len(values)), key=lambda i: (values[i], -i))
-    lo = min(range(len(values)), key=lambda i: (values[i], i))
-    if all(isinstance(v, int) for v in values):
-        mean = sum(values) / len(values)  # exact sum of Python ints, one rounding
-    else:
-        mean = math.fsum(float(v) for v in values) / len(values)
-    return KeyStats(tuple(values), values[hi], values[lo], mean, ranks[hi], ranks[lo])
+    for k in chosen:
+        row = table[k]
+        values = tuple(_typed(tags[k], v) for v in row.per_rank)
+        # the mean from the exact values: a sum of Python ints (or fsum of floats), one rounding
+        mean = sum(values) / len(values) if tags[k] != "float" else math.fsum(values) / len(values)
+        out[k] = KeyStats(values, _typed(tags[k], row.max), _typed(tags[k], row.min), mean,
+                          ranks[row.argmax], ranks[row.argmin])
+    return out
 
 
 def reduce_max_memory_across_pp_group(memory_report: Dict[str, Number], pp_group) -> Dict[str, Number]:

@@ -51,6 +51,11 @@ def run_scenarios(rank):
         changed["extra_key"] = 7
     record("changed_keys", lambda: hs.max_memory_report(changed))
     record("after_changed", lambda: hs.max_memory_report(mine))  # group still usable, re-agrees
+    renamed = dict(mine)
+    if rank == 2:
+        renamed["oom2"] = renamed.pop("oom")  # as many keys as agreed, one of them another
+    record("renamed_key", lambda: hs.max_memory_report(renamed))
+    record("after_renamed", lambda: hs.gather(mine))
     # disagreement found by the first agreement of a new group
     sub = dist.new_group([0, 1, 2])
     diff = dict(mine)
@@ -143,13 +148,20 @@ def test_gather_table(results):
 
 def test_a_rank_whose_keys_changed_makes_every_rank_raise(results):
     for rank, res in enumerate(results):
+        # one key more than agreed: every rank agrees again, which names the key and the ranks
         status, cls, msg = res["changed_keys"]
         assert status == "error" and cls == "collective_mismatch"
+        assert "rank 0: 5 keys, missing ['extra_key']" in msg and "rank 2: 6 keys" in msg
+        assert res["after_changed"] == res["max"]  # the group is still usable
+        # as many keys, one renamed: the one collective's header differs on every rank
+        status, cls, msg = res["renamed_key"]
+        assert status == "error" and cls == "collective_mismatch"
         if rank == 2:
-            assert "this rank's keys differ" in msg and "added here: ['extra_key']" in msg
+            assert "this rank's keys differ" in msg and "added here: ['oom2']; missing here: ['oom']" in msg
         else:
             assert "another rank's keys differ" in msg
-        assert res["after_changed"] == res["max"]  # the group is still usable
+        assert res["after_renamed"][0] == "ok"
+        assert res["after_renamed"][1]["oom"].values == (False, False, True)
 
 
 def test_differing_keys_name_the_rank_and_keys(results):
