@@ -300,8 +300,14 @@ class _Trace:
     bucket_bytes: Dict[int, int] = dataclasses.field(default_factory=dict)
 
 
+_POOL_DTYPES = ("uint8", "int8", "int32", "int64", "float16", "bfloat16", "float32", "float64")
+
+
 def _dtype_name(d) -> str:
-    return str(_storage_dtype(d)).replace("torch.", "")
+    """headroom.pool's name for a bucket dtype; interval plans share bytes across dtypes, so any
+    other dtype (float8_e4m3fn, complex...) is planned as bytes."""
+    name = str(_storage_dtype(d)).replace("torch.", "")
+    return name if name in _POOL_DTYPES else "uint8"
 
 
 def _plan_interval(name, groups, alignment, trace: _Trace, request_bytes, dtype_of) -> Plan:

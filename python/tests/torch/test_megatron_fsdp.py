@@ -147,8 +147,9 @@ def test_max_plan_equals_megatron_on_every_model_preset():
         assert cpp_sizes == {k: [n * hm._itemsize(k) for n in v] for k, v in ours.plan.max_sizes.items()}
 
 
-def test_interval_learned_from_a_preset_meets_the_bound():
-    w = hp.model_workload("Nemotron-3-Nano-30B-A3B", 8)
+@pytest.mark.parametrize("fp8", [False, True])
+def test_interval_learned_from_a_preset_meets_the_bound(fp8):
+    w = hp.model_workload("Nemotron-3-Nano-30B-A3B", 8, fp8_params=fp8)
     groups = groups_of_workload(w)
     scaled = [group([max(1, numel(g) // 4096)], dtype=g.dtype, unit=g.fsdp_unit_id, device="cpu") for g in groups]
     a = hm.PoolAllocator("fsdp_params", scaled, planner="interval")
