@@ -83,7 +83,13 @@ class TorchCudaBackend:
         return torch.cuda.memory._snapshot()
 
     def attach_oom_observer(self, fn) -> None:
-        torch._C._cuda_attach_out_of_memory_observer(fn)
+        attach = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)
+        if attach is None:
+            raise headroom.invalid_argument(
+                f"MemoryProfiler(on_oom=True): torch {torch.__version__} has no out-of-memory observer "
+                "(torch._C._cuda_attach_out_of_memory_observer); pass on_oom=False"
+            )
+        attach(fn)
 
 
 def _check_axis(name: str, value: Any) -> None:
