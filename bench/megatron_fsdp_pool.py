@@ -11,7 +11,9 @@ Checks, printed as a table and written to $OUT/megatron_fsdp_pool.json (+ .png):
   * every headroom arena equals its plan's bytes (one tensor per allocator);
   * torch.cuda.max_memory_allocated (steps >= 2) lower under interval by the planned amount:
     (MaxPool's slot bytes) - (interval arena bytes), within CUDA's 512-byte rounding per block;
-  * step time (median of steps >= 2) against MaxPool's.
+  * step time (median of steps >= 2) against MaxPool's;
+  * an arena allocated inside torch.cuda.use_mem_pool (as Megatron passes its NCCL pool
+    context) is one segment of that pool, holding every slot.
 A last process repeats the interval run under headroom.torch.profile.MemoryProfiler (steps 0 =
 learning and 3 = planned): its snapshots go to $OUT/snapshots, torch.cuda._memory_viz renders
 them to HTML and this script draws their active-memory timeline to a PNG.
@@ -333,6 +335,33 @@ def render_snapshot(path: Path, out: Path, title: str):
     return png
 
 
+def mempool_check(args) -> dict:
+    """A PoolAllocator's arena allocated inside torch.cuda.use_mem_pool (the way Megatron's
+    NCCL memory pool context is passed as mem_alloc_context) is one segment of that pool, and
+    every slot lies in it: what NCCL user-buffer registration of the pool then registers."""
+    import torch
+    import megatron_fsdp.param_and_grad_buffer as pgb
+    from headroom.torch import megatron_fsdp as hm
+
+    with torch.device("meta"):
+        model, units = build_model(args.hidden, args.layers, "meta")
+    policy = pgb.BucketingPolicy(fsdp_unit_modules=units, data_parallel_sharding_strategy="optim_grads_params")
+    groups, _, _ = pgb._get_parameter_groups(model, policy, {})
+    pool = torch.cuda.MemPool()
+    a = hm.PoolAllocator("mempool_check", groups, dtype_fn=lambda pg: torch.bfloat16)
+    device = torch.device("cuda", 0)
+    held = [a.allocate(b, sum(p.numel() for p in g.params), torch.bfloat16, device,
+                       mem_alloc_context=lambda: torch.cuda.use_mem_pool(pool))
+            for b, g in enumerate(groups[:2])]
+    segments = pool.snapshot()
+    base, n = a.arena.data_ptr(), a.arena.numel()
+    inside = [s for s in segments if s["address"] <= base and base + n <= s["address"] + s["total_size"]]
+    ok = len(segments) == 1 and len(inside) == 1 and all(
+        inside[0]["address"] <= h.data.data_ptr() < inside[0]["address"] + inside[0]["total_size"] for h in held)
+    return {"segments": len(segments), "segment_bytes": [s["total_size"] for s in segments],
+            "arena_bytes": n, "plan_arena_bytes": a.plan.arena_bytes, "one_segment": ok}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=24)
@@ -420,6 +449,13 @@ def main() -> int:
                    f"{planned_saving / 2**20:.2f} MiB planned)",
                    planned_saving > 0 and abs(measured_saving - planned_saving) <= tolerance))
 
+    try:
+        mem = mempool_check(args)
+    except Exception as e:  # noqa: BLE001 - reported as a failed check with the reason
+        mem = {"one_segment": False, "error": f"{type(e).__name__}: {e}"}
+    checks.append((f"the arena inside torch.cuda.use_mem_pool is one segment of the pool ({mem})",
+                   mem["one_segment"]))
+
     device = ref["device"]
     date = time.strftime("%Y-%m-%d", time.gmtime())
     from megatron_fsdp.package_info import __version__ as mfsdp_version
@@ -484,6 +520,7 @@ def main() -> int:
         "world_size": args.world_size,
         "steps": args.steps, "hidden": args.hidden, "layers": args.layers, "tokens": args.tokens,
         "rows": rows, "planned_saving_bytes": planned_saving, "measured_saving_bytes": measured_saving,
+        "mempool": mem,
         "checks": [{"check": t, "pass": ok} for t, ok in checks],
         "snapshots": [str(s) for s in snaps], "snapshot_pngs": rendered, "plot": str(png) if png else None,
         "runs": results,
