@@ -12,11 +12,13 @@
 // and non-unit buckets, follow the NonUnit policy (dynamic: upstream allocate/deallocate at each
 // acquire/release; persistent: one buffer each, allocated at construction in plan order).
 //
-// Stream order: release(lease, s) records one event on s, whatever the unit's bucket count; every
-// slot it frees remembers that event. The next acquire of such a slot on another stream makes
-// that stream wait for the event on the device, once per distinct event however many of its
-// slots it takes; on the same stream nothing is needed. The host never blocks. (ReleaseOrder
-// record_at_reuse defers the record to the first reuse on another stream; see policies.hpp.)
+// Stream order: a release on s is followed by one event on s, whatever the unit's bucket count;
+// every slot it frees remembers that event. The next acquire of such a slot on another stream
+// makes that stream wait for the event on the device, once per distinct event however many of
+// its slots it takes; on s itself nothing is needed. The host never blocks. ReleaseOrder says
+// when the event is recorded (policies.hpp): by default at release when the lease was acquired
+// on another stream (FSDP: prefetch on a collective stream, release on the compute stream), and
+// otherwise only if another stream reuses the slot, at that reuse.
 //
 // Interval plans (make_interval_plan: one slot per bucket, units that are never resident
 // together share bytes): acquiring a unit whose bytes a held unit occupies follows OffTrace
@@ -69,7 +71,7 @@
 namespace headroom::pool {
 
 template <class Stream, class Event, class Upstream, class Assignment = strict, class NonUnit = dynamic,
-          class ReleaseOrder = record_at_release, class OffTrace = reject_off_trace>
+          class ReleaseOrder = record_if_cross_stream, class OffTrace = reject_off_trace>
   requires stream<Stream> && event<Event, Stream> && std::default_initializable<Event> &&
            stream_resource<Upstream, Stream> && assignment_policy<Assignment> && non_unit_policy<NonUnit> &&
            release_order_policy<ReleaseOrder> && off_trace_policy<OffTrace>
@@ -176,7 +178,7 @@ class unit_pool {
     // Recorded first (may throw a CUDA error): the lease stays valid when it does.
     std::uint32_t event = none;
     if (t.holders == 1 && t.in_arena) {
-      bool const record_now = !ReleaseOrder::lazy;
+      bool const record_now = ReleaseOrder::records_at_release(!(t.acquired_on == s));
       event = order_.begin_release(s, record_now);
       if (record_now) ++stats_.release_events;
     }
@@ -284,6 +286,7 @@ class unit_pool {
     std::uint32_t holders = 0;
     std::uint64_t epoch = 0;
     bool in_arena = false;  // held, and its pooled buckets are in their slots (not off-trace buffers)
+    Stream acquired_on{};   // the stream of the acquire that took the slots (release order policy)
   };
   struct bucket_state {
     std::uint32_t shape = no_shape;  // no_shape: served by the NonUnit policy
@@ -495,9 +498,11 @@ class unit_pool {
     }
     if (off_trace) ++stats_.off_trace_fallbacks;
     stats_.cross_stream_waits += waits;
+    stats_.reuse_events = order_.recorded_at_reuse();
     if (stats_.slots_in_use > stats_.slots_in_use_peak) stats_.slots_in_use_peak = stats_.slots_in_use;
     ++stats_.acquisitions;
     tg.holders = 1;
+    tg.acquired_on = s;
     ++tg.epoch;
     lease l(this, t, tg.epoch);
     if constexpr (Assignment::pins) {
