@@ -14,6 +14,9 @@
 //                   a double-buffered pool does) rather than on one recorded a pass earlier
 //   floor record only   the bare cudaEventRecord alone: what a release that records pays where
 //                   nothing waits (one stream)
+//   floor recycled event   the record + wait pair on one event, re-recorded right after the wait
+//                   (what a pool reusing its events last in, first out would pay; the pool reuses
+//                   the longest-idle of slots + 16 events)
 //   cudaMallocAsync cudaMallocAsync / cudaFreeAsync on the device's default pool
 //                   (release threshold raised to keep memory, as a training loop does)
 //   cub caching     cub::CachingDeviceAllocator (bins 2^8 .. 2^30 so large buckets are cached)
@@ -157,6 +160,14 @@ void run_trace(trace const& t, int reps, std::vector<result>& out) {
             HEADROOM_CUDA_TRY(cudaEventRecord(events[u], s.get()));
             last = u;
           }));
+      HEADROOM_CUDA_TRY(cudaDeviceSynchronize());
+      // The same pair on one recycled event: each release re-records the event the acquire just
+      // waited on (as a pool whose free events are reused last in, first out). Against "floor
+      // reuse order" it shows what re-recording a just-waited event costs the driver.
+      out.push_back(measure(
+          t, scenario, "floor recycled event", ag, compute, 20, reps, 20,
+          [&](std::size_t, stream_view s) { HEADROOM_CUDA_TRY(cudaStreamWaitEvent(s.get(), events[0], 0)); },
+          [&](std::size_t, stream_view s) { HEADROOM_CUDA_TRY(cudaEventRecord(events[0], s.get())); }));
       HEADROOM_CUDA_TRY(cudaDeviceSynchronize());
       // What a stream-ordered release costs where nothing waits (one stream): the record alone.
       out.push_back(measure(
@@ -396,9 +407,10 @@ int main(int argc, char** argv) {
     } else {
       double const floor = find(r, "floor reuse order");
       std::printf("two streams, %s: pool %.1f ns = %.3f x the floor in reuse order (%.1f ns); record_at_release %.1f ns "
-                  "(%.3f x)\n",
+                  "(%.3f x); floor on one recycled event %.1f ns (%.3f x)\n",
                   r.workload.c_str(), r.median_ns, r.median_ns / floor, floor, find(r, "pool record_at_release"),
-                  find(r, "pool record_at_release") / floor);
+                  find(r, "pool record_at_release") / floor, find(r, "floor recycled event"),
+                  find(r, "floor recycled event") / floor);
       worst_two_streams = std::max(worst_two_streams, r.median_ns / floor);
     }
   }

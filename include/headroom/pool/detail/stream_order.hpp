@@ -27,9 +27,9 @@ class stream_order {
   static constexpr std::uint32_t none = std::numeric_limits<std::uint32_t>::max();
 
   stream_order() : events_(0) {}
-  /// One event per slot: an event is busy while a free slot still refers to it, so there are
-  /// never more busy events than slots, and a release always finds a free one.
-  explicit stream_order(std::size_t slots) : slots_(slots), events_(slots), recorded_(slots, 0) {}
+  /// An event is busy while a free slot still refers to it, so there are never more busy events
+  /// than slots, and a release always finds a free one (release_events keeps a few more).
+  explicit stream_order(std::size_t slots) : slots_(slots), events_(slots), recorded_(events_.size(), 0) {}
 
   /// The event of one release on `s`, recorded now when `record_now` (may throw a CUDA error:
   /// nothing has changed then).
