@@ -24,9 +24,17 @@
 // Each output is compared with the serial gather's, byte for byte, before timing. Timing: both
 // ranks run a short spin kernel, then the op between two events; rank 0's medians.
 //
-//   bench_cp_bandwidth [--iterations 20] [--warmup 3] [--no-gather] [--case OP:TOKENS:WIDTH:CP ...]
+// The one-GPU ops and their peers are timed interleaved (each iteration runs ours, memcpy and the
+// index kernel in turn), so a drift of the clock or of a neighbour's load hits all three alike.
+//
+//   bench_cp_bandwidth [--iterations 20] [--warmup 3] [--no-gather] [--repeat N] [--runs-grid]
+//                      [--case OP:TOKENS:WIDTH:CP ...]
 // (--case, repeatable: only those rows, e.g. --case split:16384:4096:8 under ncu)
-// Output: a table, then one JSON line.
+// --repeat N: the one-GPU table N times; then per row the median over the repetitions of each
+//   time, and of the fraction of memcpy with its range (the ">= 90 % on every row" check).
+// --runs-grid: for rows that take the runs kernel, also time it on other grids (one round per
+//   block, the default; the previous 4 blocks per resident slot; 1 per slot), each against memcpy.
+// Output: tables, then one JSON line.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -61,6 +69,8 @@ namespace {
 struct options {
   int iterations = 20;
   int warmup = 3;
+  int repeat = 1;         // --repeat N: the one-GPU table N times, medians per row
+  bool runs_grid = false;  // --runs-grid: the runs kernel on other grids too
   bool gather = true;  // --no-gather: the one-GPU rows only (e.g. under a profiler)
   std::vector<std::string> cases;  // --case OP:TOKENS:WIDTH:CP (repeatable): only these rows
 };
@@ -77,6 +87,10 @@ options parse(int argc, char** argv) {
     };
     if (a == "--no-gather")
       o.gather = false;
+    else if (a == "--runs-grid")
+      o.runs_grid = true;
+    else if (a == "--repeat")
+      o.repeat = value();
     else if (a == "--iterations")
       o.iterations = value();
     else if (a == "--warmup")
@@ -86,7 +100,7 @@ options parse(int argc, char** argv) {
       o.cases.emplace_back(argv[++i]);
     } else
       throw invalid_argument("bench_cp_bandwidth: unknown argument " + a +
-                             " (expected --iterations N, --warmup N, --no-gather, --case OP:TOKENS:WIDTH:CP)");
+                             " (expected --iterations N, --warmup N, --repeat N, --runs-grid, --no-gather, --case OP:TOKENS:WIDTH:CP)");
   }
   return o;
 }
@@ -158,6 +172,50 @@ double median_ms(headroom::cuda::stream_view s, options const& o, std::function<
   return median_ms(s, o, 1, [&](int) { op(); });
 }
 
+/// Median milliseconds of each of `ops`, timed in turn within every iteration (as median_ms).
+std::vector<double> interleaved_median_ms(headroom::cuda::stream_view s, options const& o, int sets,
+                                          std::vector<std::function<void(int)>> const& ops) {
+  cudaEvent_t a, b;
+  HEADROOM_CUDA_TRY(cudaEventCreate(&a));
+  HEADROOM_CUDA_TRY(cudaEventCreate(&b));
+  for (int i = 0; i < o.warmup; ++i)
+    for (auto const& op : ops)
+      for (int k = 0; k < sets; ++k) op(k);
+  std::vector<std::vector<double>> ms(ops.size());
+  for (int i = 0; i < o.iterations; ++i)
+    for (std::size_t j = 0; j < ops.size(); ++j) {
+      spin_kernel<<<1, 1, 0, s.get()>>>(200000);
+      HEADROOM_CUDA_TRY(cudaEventRecord(a, s.get()));
+      for (int k = 0; k < sets; ++k) ops[j](k);
+      HEADROOM_CUDA_TRY(cudaEventRecord(b, s.get()));
+      HEADROOM_CUDA_TRY(cudaEventSynchronize(b));
+      float t = 0;
+      HEADROOM_CUDA_TRY(cudaEventElapsedTime(&t, a, b));
+      ms[j].push_back(t / sets);
+    }
+  HEADROOM_CUDA_TRY(cudaEventDestroy(a));
+  HEADROOM_CUDA_TRY(cudaEventDestroy(b));
+  std::vector<double> out;
+  for (auto& m : ms) {
+    std::sort(m.begin(), m.end());
+    out.push_back(m[m.size() / 2]);
+  }
+  return out;
+}
+
+template <class T>
+T median_of(std::vector<T> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+/// The runs kernel on one grid (--runs-grid), against memcpy timed beside it.
+struct runs_grid_result {
+  std::string grid;
+  i64 blocks;
+  double ms, memcpy_ms;
+};
+
 struct result {
   std::string op;
   i64 tokens, width;
@@ -165,6 +223,10 @@ struct result {
   std::size_t bytes_out;
   int sets;  // buffer sets rotated through (rotation_sets)
   double ours_ms, memcpy_ms, indexed_ms;
+  std::string kernel;                  // "runs" or "tiled": which kernel the op took
+  std::vector<runs_grid_result> grids;  // --runs-grid
+  double fraction = 0;                        // memcpy time / ours (the median over --repeat)
+  double fraction_min = 0, fraction_max = 0;  // its range over the repetitions
   [[nodiscard]] double gbps(double ms) const { return 2.0 * static_cast<double>(bytes_out) / (ms * 1e-3) / 1e9; }
 };
 
@@ -197,26 +259,58 @@ result run_case(std::string const& op, i64 tokens, i64 width, int cp_size, optio
   device_bytes index(index_host.size() * sizeof(i64));
   HEADROOM_CUDA_TRY(cudaMemcpy(index.p, index_host.data(), index_host.size() * sizeof(i64), cudaMemcpyHostToDevice));
 
-  result r{op, tokens, width, cp_size, out_bytes, sets, 0, 0, 0};
-  r.ours_ms = median_ms(s, o, sets, [&](int k) {
+  // The kernel the op takes (ops.cuh): the runs kernel when the copy is small enough and its
+  // runs fit, else the tiled kernel.
+  auto const plan = cp::plan_copy<cp::vector_policy::require_16>(row, {{"input", in[0]->p}, {"output", out[0]->p}},
+                                                                 "bench_cp_bandwidth");
+  cp::row_runs runs;
+  bool const takes_runs = cp::cuda::detail::runs_kernel_size(out_rows, plan) &&
+                          (is_split ? cp::split_runs(p, runs) : cp::sequence_order_runs(p, runs));
+
+  result r{op, tokens, width, cp_size, out_bytes, sets, 0, 0, 0, takes_runs ? "runs" : "tiled", {}, 0, 0, 0};
+  auto const ours = [&](int k) {
     auto const in_v = cp::matrix_view<bf16 const>(static_cast<bf16 const*>(in[k]->p), p.global_rows(), width);
     auto const out_v = cp::matrix_view<bf16>(static_cast<bf16*>(out[k]->p), out_rows, width);
     if (is_split)
       cp::cuda::split<cp::vector_policy::require_16>(p, dcu.view(), in_v, out_v, s);
     else
       cp::cuda::to_sequence_order<cp::vector_policy::require_16>(p, dcu.view(), in_v, out_v, s);
-  });
-  r.memcpy_ms = median_ms(s, o, sets, [&](int k) {
+  };
+  auto const memcpy_op = [&](int k) {
     HEADROOM_CUDA_TRY(cudaMemcpyAsync(out[k]->p, in[k]->p, out_bytes, cudaMemcpyDeviceToDevice, s.get()));
-  });
+  };
   int sms = 0, dev = 0;
   HEADROOM_CUDA_TRY(cudaGetDevice(&dev));
   HEADROOM_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  r.indexed_ms = median_ms(s, o, sets, [&](int k) {
+  auto const indexed = [&](int k) {
     indexed_rows_kernel<<<sms * 8, 256, 0, s.get()>>>(static_cast<uint4 const*>(in[k]->p), static_cast<uint4*>(out[k]->p),
                                                        static_cast<i64 const*>(index.p), out_rows, static_cast<i64>(row / 16));
     HEADROOM_CUDA_CHECK_LAST();
-  });
+  };
+  auto const ms = interleaved_median_ms(s, o, sets, {ours, memcpy_op, indexed});
+  r.ours_ms = ms[0];
+  r.memcpy_ms = ms[1];
+  r.indexed_ms = ms[2];
+  r.fraction = r.fraction_min = r.fraction_max = r.memcpy_ms / r.ours_ms;
+  if (o.runs_grid && takes_runs) {
+    namespace cd = cp::cuda::detail;
+    i64 const per_round = i64{cd::block_threads} * cd::runs_unroll;
+    i64 const rounds = (out_rows * static_cast<i64>(plan.vectors_per_row) + per_round - 1) / per_round;
+    i64 const resident = cd::resident_blocks(cd::runs_kernel_of(plan.vector_bytes));
+    struct grid {
+      std::string name;
+      i64 blocks;
+    };
+    for (grid const& g : {grid{"default", cd::runs_grid(rounds, plan.vector_bytes)}, grid{"1 round/block", rounds},
+                          grid{"2 rounds/block", (rounds + 1) / 2}, grid{"4 x resident", 4 * resident},
+                          grid{"1 x resident", resident}}) {
+      auto const timed = interleaved_median_ms(
+          s, o, sets,
+          {[&](int k) { cd::launch_copy_runs(runs, in[k]->p, out[k]->p, plan, s, "bench_cp_bandwidth", g.blocks); },
+           memcpy_op});
+      r.grids.push_back({g.name, std::min(g.blocks, rounds), timed[0], timed[1]});
+    }
+  }
   return r;
 }
 
@@ -351,7 +445,8 @@ int main(int argc, char** argv) try {
                                  std::to_string(cp_size);
     expects(known, "bench_cp_bandwidth: --case ", c, " names no row (expected OP:TOKENS:WIDTH:CP of the table, e.g. split:16384:4096:8)");
   }
-  std::vector<result> results;
+  std::vector<shape> chosen;  // (op, tokens, width) with cp in the width's place below
+  std::vector<int> chosen_cp;
   std::vector<std::string> skipped;
   for (auto const& sh : shapes) {
     for (int cp_size : {2, 8}) {
@@ -372,21 +467,97 @@ int main(int argc, char** argv) try {
         skipped.push_back(why.str());
         continue;
       }
-      results.push_back(run_case(sh.op, sh.tokens, sh.width, cp_size, o, stream));
+      chosen.push_back(sh);
+      chosen_cp.push_back(cp_size);
     }
   }
+  std::vector<std::vector<result>> runs_of(chosen.size());  // per row, one result per repetition
+  for (int rep = 0; rep < o.repeat; ++rep)
+    for (std::size_t i = 0; i < chosen.size(); ++i)
+      runs_of[i].push_back(run_case(chosen[i].op, chosen[i].tokens, chosen[i].width, chosen_cp[i], o, stream));
 
-  std::printf("cp bandwidth on %s (%d SMs); medians of %d runs after %d warm-up; GB/s = (read + written) / time\n",
-              prop.name, prop.multiProcessorCount, o.iterations, o.warmup);
-  std::printf("%-8s %7s %7s %3s %10s %4s | %9s %8s | %9s %8s | %9s %8s | %7s %7s\n", "op", "tokens", "width", "cp",
-              "out MiB", "sets", "ours us", "GB/s", "memcpy us", "GB/s", "index us", "GB/s", "vs cpy", "vs idx");
-  for (auto const& r : results)
-    std::printf("%-8s %7lld %7lld %3d %10.1f %4d | %9.1f %8.0f | %9.1f %8.0f | %9.1f %8.0f | %6.1f%% %6.2fx\n", r.op.c_str(),
-                static_cast<long long>(r.tokens), static_cast<long long>(r.width), r.cp,
-                static_cast<double>(r.bytes_out) / (1 << 20), r.sets, 1e3 * r.ours_ms, r.gbps(r.ours_ms), 1e3 * r.memcpy_ms,
-                r.gbps(r.memcpy_ms), 1e3 * r.indexed_ms, r.gbps(r.indexed_ms), 100.0 * r.memcpy_ms / r.ours_ms,
-                r.indexed_ms / r.ours_ms);
+  auto print_table = [&](std::vector<result> const& rows, char const* what) {
+    std::printf("cp bandwidth on %s (%d SMs); %s; GB/s = (read + written) / time\n", prop.name,
+                prop.multiProcessorCount, what);
+    std::printf("%-8s %7s %7s %3s %10s %4s %5s | %9s %8s | %9s %8s | %9s %8s | %7s %13s %7s\n", "op", "tokens", "width",
+                "cp", "out MiB", "sets", "kern", "ours us", "GB/s", "memcpy us", "GB/s", "index us", "GB/s", "vs cpy",
+                "range", "vs idx");
+    for (auto const& r : rows)
+      std::printf("%-8s %7lld %7lld %3d %10.1f %4d %5s | %9.1f %8.0f | %9.1f %8.0f | %9.1f %8.0f | %6.1f%% %5.1f..%5.1f%% "
+                  "%6.2fx\n",
+                  r.op.c_str(), static_cast<long long>(r.tokens), static_cast<long long>(r.width), r.cp,
+                  static_cast<double>(r.bytes_out) / (1 << 20), r.sets, r.kernel.c_str(), 1e3 * r.ours_ms,
+                  r.gbps(r.ours_ms), 1e3 * r.memcpy_ms, r.gbps(r.memcpy_ms), 1e3 * r.indexed_ms, r.gbps(r.indexed_ms),
+                  100.0 * r.fraction, 100.0 * r.fraction_min, 100.0 * r.fraction_max, r.indexed_ms / r.ours_ms);
+  };
+  std::vector<result> results;  // per row: medians over the repetitions
+  for (auto const& reps : runs_of) {
+    result m = reps.front();
+    std::vector<double> ours, memcpy_ms, indexed, fraction;
+    for (auto const& r : reps) {
+      ours.push_back(r.ours_ms);
+      memcpy_ms.push_back(r.memcpy_ms);
+      indexed.push_back(r.indexed_ms);
+      fraction.push_back(r.fraction);
+    }
+    m.ours_ms = median_of(ours);
+    m.memcpy_ms = median_of(memcpy_ms);
+    m.indexed_ms = median_of(indexed);
+    m.fraction = median_of(fraction);
+    m.fraction_min = *std::min_element(fraction.begin(), fraction.end());
+    m.fraction_max = *std::max_element(fraction.begin(), fraction.end());
+    for (std::size_t g = 0; g < m.grids.size(); ++g) {
+      std::vector<double> t, c;
+      for (auto const& r : reps) {
+        t.push_back(r.grids[g].ms);
+        c.push_back(r.grids[g].memcpy_ms);
+      }
+      m.grids[g].ms = median_of(t);
+      m.grids[g].memcpy_ms = median_of(c);
+    }
+    results.push_back(std::move(m));
+  }
+  if (o.repeat > 1)
+    for (int rep = 0; rep < o.repeat; ++rep) {
+      std::vector<result> one;
+      for (auto const& reps : runs_of) one.push_back(reps[static_cast<std::size_t>(rep)]);
+      std::ostringstream what;
+      what << "repetition " << rep + 1 << " of " << o.repeat << ": medians of " << o.iterations << " runs after "
+           << o.warmup << " warm-up, interleaved with memcpy and the index kernel";
+      print_table(one, what.str().c_str());
+    }
+  {
+    std::ostringstream what;
+    if (o.repeat > 1)
+      what << "MEDIANS over " << o.repeat << " repetitions (range: the repetitions' % of memcpy)";
+    else
+      what << "medians of " << o.iterations << " runs after " << o.warmup << " warm-up, interleaved with memcpy and the index kernel";
+    print_table(results, what.str().c_str());
+  }
   for (auto const& s : skipped) std::printf("skipped: %s\n", s.c_str());
+  double worst = 1e9;
+  std::string worst_row;
+  for (auto const& r : results)
+    if (r.fraction < worst) {
+      worst = r.fraction;
+      worst_row = r.op + " " + std::to_string(r.tokens) + "x" + std::to_string(r.width) + " cp " + std::to_string(r.cp);
+    }
+  if (!results.empty())
+    std::printf("target >= 90%% of memcpy on every row (medians over %d repetition(s)): worst %.1f%% (%s): %s\n",
+                o.repeat, 100.0 * worst, worst_row.c_str(), worst >= 0.9 ? "met" : "NOT met");
+  bool any_grid = false;
+  for (auto const& r : results)
+    for (auto const& g : r.grids) {
+      if (!any_grid) {
+        std::printf("\nruns kernel grids (--runs-grid; each timed beside memcpy; medians over the repetitions)\n");
+        std::printf("%-8s %7s %7s %3s | %-15s %7s | %9s %9s %7s\n", "op", "tokens", "width", "cp", "grid", "blocks",
+                    "runs us", "memcpy us", "vs cpy");
+        any_grid = true;
+      }
+      std::printf("%-8s %7lld %7lld %3d | %-15s %7lld | %9.1f %9.1f %6.1f%%\n", r.op.c_str(),
+                  static_cast<long long>(r.tokens), static_cast<long long>(r.width), r.cp, g.grid.c_str(),
+                  static_cast<long long>(g.blocks), 1e3 * g.ms, 1e3 * g.memcpy_ms, 100.0 * g.memcpy_ms / g.ms);
+    }
 
   std::vector<gather_result> gathers;
   std::string gather_device;
@@ -410,13 +581,19 @@ int main(int argc, char** argv) try {
 
   std::ostringstream js;
   js << "{\"bench\":\"cp_bandwidth\",\"device\":\"" << prop.name << "\",\"iterations\":" << o.iterations
-     << ",\"warmup\":" << o.warmup << ",\"dtype\":\"bfloat16\",\"results\":[";
+     << ",\"warmup\":" << o.warmup << ",\"repeat\":" << o.repeat << ",\"dtype\":\"bfloat16\",\"results\":[";
   for (std::size_t i = 0; i < results.size(); ++i) {
     auto const& r = results[i];
     js << (i ? "," : "") << "{\"op\":\"" << r.op << "\",\"tokens\":" << r.tokens << ",\"width\":" << r.width
        << ",\"cp\":" << r.cp << ",\"bytes_out\":" << r.bytes_out << ",\"ours_ms\":" << r.ours_ms
        << ",\"sets\":" << r.sets << ",\"memcpy_ms\":" << r.memcpy_ms << ",\"indexed_ms\":" << r.indexed_ms << ",\"ours_gbps\":" << r.gbps(r.ours_ms)
-       << ",\"memcpy_gbps\":" << r.gbps(r.memcpy_ms) << ",\"fraction_of_memcpy\":" << r.memcpy_ms / r.ours_ms << "}";
+       << ",\"memcpy_gbps\":" << r.gbps(r.memcpy_ms) << ",\"fraction_of_memcpy\":" << r.fraction
+       << ",\"fraction_min\":" << r.fraction_min << ",\"fraction_max\":" << r.fraction_max << ",\"kernel\":\""
+       << r.kernel << "\",\"runs_grids\":[";
+    for (std::size_t g = 0; g < r.grids.size(); ++g)
+      js << (g ? "," : "") << "{\"grid\":\"" << r.grids[g].grid << "\",\"blocks\":" << r.grids[g].blocks
+         << ",\"ms\":" << r.grids[g].ms << ",\"memcpy_ms\":" << r.grids[g].memcpy_ms << "}";
+    js << "]}";
   }
   js << "],\"skipped\":" << skipped.size() << ",\"gather_2gpu\":[";
   for (std::size_t i = 0; i < gathers.size(); ++i)

@@ -7,6 +7,7 @@
 #include "headroom/pool/fingerprint.hpp"
 #include "headroom/pool/host.hpp"
 #include "headroom/pool/interval.hpp"
+#include "headroom/pool/lease.hpp"
 #include "headroom/pool/models.hpp"
 #include "headroom/pool/plan.hpp"
 #include "headroom/pool/policies.hpp"

@@ -35,6 +35,19 @@ TEST_CASE("round_up rounds to any positive multiple") {
   CHECK(round_up(7, 3) == 9);
   CHECK(round_up(1000, 1000) == 1000);
   CHECK_THROWS_WITH_AS((void)round_up(7, 0), doctest::Contains("positive"), invalid_argument);
+  // Near the top the rounded value wrapped to a small number before.
+  CHECK(round_up(SIZE_MAX - 2, 3) == SIZE_MAX);  // SIZE_MAX is a multiple of 3: the top itself
+  CHECK_THROWS_WITH_AS((void)round_up(SIZE_MAX - 1, 4), doctest::Contains("18446744073709551614 overflows"), capacity_error);
+  CHECK(round_up(SIZE_MAX - 3, 4) == SIZE_MAX - 3);
+}
+
+TEST_CASE("checked_mul: exact products, capacity_error naming both operands on overflow") {
+  CHECK(checked_mul(std::size_t{1} << 31, std::size_t{1} << 32, "x") == std::size_t{1} << 63);
+  CHECK(checked_mul(std::int64_t{-3}, std::int64_t{4}, "x") == -12);
+  CHECK_THROWS_WITH_AS((void)checked_mul(std::size_t{1} << 32, std::size_t{1} << 32, "buffer bytes"),
+                       doctest::Contains("buffer bytes: 4294967296 x 4294967296 overflows 64-bit unsigned"), capacity_error);
+  CHECK_THROWS_WITH_AS((void)checked_mul(std::int64_t{1} << 32, std::int64_t{1} << 31, "rows x width"),
+                       doctest::Contains("rows x width: 4294967296 x 2147483648 overflows 64-bit signed"), capacity_error);
 }
 
 TEST_CASE("is_power_of_two") {

@@ -3,6 +3,7 @@
 
 // Bad input the cp fuzz target found (tests/fuzz/cp.cpp), each now an error that names the
 // value, plus the rest of the cp rows of docs/errors.md that no other test covers.
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -76,4 +77,47 @@ TEST_CASE("cp::partition rejects cp sizes, ranks and lengths the layout cannot c
   CHECK(contains(error_of<invalid_argument>([&] { (void)p.locate(10); }), "local row 10 out of range [0, 10)"));
   CHECK(contains(error_of<invalid_argument>([&] { (void)p.owner(20); }), "global row 20 out of range [0, 20)"));
   CHECK(contains(error_of<invalid_argument>([&] { (void)p.locate(2, 0); }), "rank 2 out of range [0, 2)"));
+}
+
+TEST_CASE("cp::matrix_view rejects a shape whose element count or bytes overflow") {
+  // rows x width wrapped around int64 and the view was accepted (found by an independent fuzzer).
+  float storage[4] = {};
+  auto const msg = error_of<capacity_error>([&] { (void)cp::matrix_view<float>(storage, 9223372036854775781, i64_max); });
+  CHECK(contains(msg, "9223372036854775781 x 9223372036854775807 overflows 64-bit signed"));
+  CHECK(contains(msg, "matrix_view"));
+  // The count fits in int64 but its bytes do not fit in an address range.
+  auto const bytes = error_of<capacity_error>([&] { (void)cp::matrix_view<float>(storage, i64{1} << 31, i64{1} << 31); });
+  CHECK(contains(bytes, "holds 4611686018427387904 elements of 4 bytes"));
+  // The largest addressable shape of one-byte elements is still a view.
+  std::byte b[1] = {};
+  CHECK(cp::matrix_view<std::byte>(b, 1, i64_max).size() == static_cast<std::size_t>(i64_max));
+  CHECK(cp::matrix_view<float>(storage, 2, 2).size_bytes() == 16);
+}
+
+TEST_CASE("cp::plan_output rejects sizes that overflow 64 bits, naming the operands") {
+  // output_buffer_bytes was 1392238300898485248: 3934144 rows x 70687142973552 bytes wrapped
+  // (the true size is 2.78e20 bytes); found by an independent fuzzer.
+  std::vector<i64> const cu{0, 3934144};
+  cp::partition<cp::dual_chunk> const p(cu, 2, 0);
+  i64 const width = 526402;
+  std::size_t const elem = 134283576;
+  auto const full = error_of<capacity_error>([&] { (void)cp::plan_output<cp::gather_output::full>(p, width, elem); });
+  CHECK(contains(full, "cp::plan_output output buffer bytes: rows x row bytes"));
+  CHECK(contains(full, "3934144 x 70687142973552 overflows 64-bit unsigned"));
+  auto const per_token =
+      error_of<capacity_error>([&] { (void)cp::plan_output<cp::gather_output::per_token>(p, width, elem); });
+  CHECK(contains(per_token, "3934144 x 70687142973552"));
+  // gather_output::none hands on the shard: no buffer, nothing to overflow but the row itself.
+  CHECK(cp::plan_output<cp::gather_output::none>(p, width, elem).extra_bytes() == 0);
+  auto const row = error_of<capacity_error>([&] { (void)cp::plan_output<cp::gather_output::none>(p, i64{1} << 40, std::size_t{1} << 30); });
+  CHECK(contains(row, "row bytes: width x elem_bytes: 1099511627776 x 1073741824 overflows"));
+  // The sum of two representable parts: workspace + output buffer beyond 2^64.
+  std::vector<i64> const one{0, 4};
+  cp::partition<cp::dual_chunk> const small(one, 2, 0);
+  auto const sum = error_of<capacity_error>(
+      [&] { (void)cp::plan_output<cp::gather_output::full>(small, 1, std::size_t{1} << 61); });
+  CHECK(contains(sum, "output buffer 9223372036854775808 + workspace 9223372036854775808 bytes overflow"));
+  // In range: exact.
+  auto const ok = cp::plan_output<cp::gather_output::full>(small, 3, 2);
+  CHECK(ok.output_buffer_bytes == 4 * 3 * 2);
 }

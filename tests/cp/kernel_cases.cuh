@@ -238,8 +238,8 @@ TEST_CASE("kernels: runs kernel and general kernel around the runs capacity") {
   for (int k = 0; k < 6; ++k) check_ops<dual_chunk, __nv_bfloat16, std::int64_t>(gen, 4, 64, 0, stream, 70);
 }
 
-// Copies larger than one round of the resident grid: the runs kernel strides over rows whose
-// vector count does not divide the stride (65 and 33 vectors a row).
+// Copies of many rounds (thousands of runs-kernel blocks, one round each; the tiled kernel's
+// grid-stride loop), rows whose vector count does not divide a round (65 and 33 vectors a row).
 TEST_CASE("kernels: copies of several grid rounds (runs kernel stride)") {
   headroom::cuda::stream stream;
   std::mt19937_64 gen(13);
@@ -247,5 +247,32 @@ TEST_CASE("kernels: copies of several grid rounds (runs kernel stride)") {
     check_ops<dual_chunk, __nv_bfloat16, std::int64_t>(gen, 2, 520, 0, stream, 16, 20000);
     check_ops<dual_chunk, std::uint8_t, std::int32_t>(gen, 4, 33, 1, stream, 16, 20000);
     check_ops<contiguous, float, std::int64_t>(gen, 8, 17, 1, stream, 16, 20000);
+  }
+}
+
+// The ops give each runs-kernel block one round; its grid-stride loop (taken when a grid is
+// smaller than the copy) is exercised by launching it on 1, 3 and 7 blocks, with row widths whose
+// vector count does not divide the stride, against the host split.
+TEST_CASE("kernels: runs kernel on grids smaller than the copy (grid-stride loop)") {
+  headroom::cuda::stream stream;
+  std::mt19937_64 gen(29);
+  for (i64 width : {520, 33, 17}) {
+    auto const pad = cp_test::random_padding<dual_chunk>(gen, 4, 16, 2000);
+    i64 const rows = pad.padded_rows();
+    auto const global = random_elems<__nv_bfloat16>(gen, static_cast<std::size_t>(rows * width));
+    partition<dual_chunk> const p(std::span<i64 const>(pad.padded_cu_seqlens()), 4, 1);
+    std::vector<__nv_bfloat16> expect(static_cast<std::size_t>(p.local_rows() * width));
+    cp::split(p, cview(global, rows, width), mview(expect, p.local_rows(), width));
+    cp::row_runs runs;
+    REQUIRE(cp::split_runs(p, runs));
+    device_vector<__nv_bfloat16> d_in(global);
+    auto const plan = cp::plan_copy<cp::vector_policy::widest>(static_cast<std::size_t>(width) * 2, {}, "test");
+    for (std::int64_t blocks : {1, 3, 7}) {
+      INFO("width ", width, ", ", blocks, " blocks, ", p.local_rows(), " rows, vector ", plan.vector_bytes, " B");
+      device_vector<__nv_bfloat16> d_out(expect.size());
+      cp::cuda::detail::launch_copy_runs(runs, d_in.data(), d_out.data(), plan, stream, "test", blocks);
+      stream.synchronize();
+      CHECK(same_bytes(d_out.download(), expect));
+    }
   }
 }

@@ -411,7 +411,10 @@ void run_interval(pool::workload const& w, Padding const& pad, fuzz::input& in) 
     FUZZ_CHECK(throws([&] { (void)pool::make_interval_plan(w, std::span<pool::execution_order const>(orders), o, pad); }));
     return;
   }
-  FUZZ_CHECK(o.resident >= 2 && !orders.empty() && headroom::is_power_of_two(o.alignment));
+  std::size_t longest = 0;
+  for (auto const& order : orders) longest = std::max(longest, order.units.size());
+  FUZZ_CHECK(o.resident >= 2 && o.resident <= std::max<std::size_t>(longest, 2) && !orders.empty() &&
+             headroom::is_power_of_two(o.alignment));
   check_interval_plan(*p, w, orders, o.resident, o.alignment);
   FUZZ_CHECK(*p == pool::make_interval_plan(w, std::span<pool::execution_order const>(orders), o, pad));
   if (p->arena_bytes > (std::uint64_t{1} << 20)) return;

@@ -58,7 +58,11 @@ static_assert(!padding_policy<bad::padding_without_describe> && !padding_policy<
 static_assert(assignment_policy<strict> && assignment_policy<first_free>);
 static_assert(!assignment_policy<bad::assignment_without_pins> && !assignment_policy<dynamic>);
 static_assert(non_unit_policy<dynamic> && non_unit_policy<persistent> && !non_unit_policy<strict>);
-static_assert(release_order_policy<record_at_release> && release_order_policy<record_at_reuse>);
+static_assert(release_order_policy<record_if_cross_stream> && release_order_policy<record_at_release> &&
+              release_order_policy<record_at_reuse>);
+static_assert(std::is_same_v<host_unit_pool<>::release_order_type, record_if_cross_stream>);  // the default
+static_assert(record_if_cross_stream::records_at_release(true) && !record_if_cross_stream::records_at_release(false));
+static_assert(record_at_release::records_at_release(false) && !record_at_reuse::records_at_release(true));
 static_assert(!release_order_policy<dynamic> && !release_order_policy<int>);
 static_assert(off_trace_policy<reject_off_trace> && off_trace_policy<fallback_off_trace>);
 static_assert(!off_trace_policy<record_at_release> && !off_trace_policy<int>);
@@ -91,6 +95,7 @@ TEST_CASE("policy names are what plans print") {
   CHECK(first_free::name == "first_free");
   CHECK(dynamic::name == "dynamic");
   CHECK(persistent::name == "persistent");
+  CHECK(record_if_cross_stream::name == "record_if_cross_stream");
   CHECK(record_at_release::name == "record_at_release");
   CHECK(record_at_reuse::name == "record_at_reuse");
 }

@@ -52,6 +52,14 @@ __global__ void sleep_for(unsigned long long ns) {
   while (global_ns() - start < ns) __nanosleep(10000);
 }
 
+// Sleeps `ns`, then writes `value` to slot[0]: a late writer that an unordered reuse would race.
+__global__ void sleep_then_write(float* slot, float value, unsigned long long ns) {
+  unsigned long long const start = global_ns();
+  while (global_ns() - start < ns) __nanosleep(10000);
+  slot[0] = value;
+}
+__global__ void write_value(float* slot, float value) { slot[0] = value; }
+
 struct device_buffer {
   float* p = nullptr;
   std::size_t n = 0;
@@ -117,7 +125,8 @@ struct setup {
 };
 
 TEST_CASE_TEMPLATE("two streams, two buffers, eight units: reuse waits on the device and results are exact", Setup,
-                   setup<record_at_release, max_plan>, setup<record_at_reuse, max_plan>,
+                   setup<record_if_cross_stream, max_plan>, setup<record_at_release, max_plan>,
+                   setup<record_at_reuse, max_plan>, setup<record_if_cross_stream, interval_plan>,
                    setup<record_at_release, interval_plan>, setup<record_at_reuse, interval_plan>) {
   using pool_type = cuda_unit_pool<cuda::device_resource, strict, dynamic, typename Setup::order>;
   require_gpu();
@@ -187,6 +196,33 @@ TEST_CASE("acquire and release never block the host") {
   pool.release(l3, a.view());
   a.synchronize();  // a waited for b
   CHECK(b.ready());
+}
+
+TEST_CASE("record_if_cross_stream: a slot acquired and released on one stream, reused on another, is ordered on the device") {
+  require_gpu();
+  auto const plan = make_plan<pool::max>(mini_hybrid());
+  cuda::stream home, a, b;
+  cuda_unit_pool<> pool(plan, cuda::device_resource{}, home.view());
+  auto l0 = pool.acquire(0, b.view());
+  auto l1 = pool.acquire(1, a.view());
+  float* const slot = l0.view<float>(0).data();
+  sleep_then_write<<<1, 1, 0, b.get()>>>(slot, 1.0f, 200'000'000ull);  // 0.2 s, then writes 1
+  HEADROOM_CUDA_CHECK_LAST();
+  pool.release(l0, b.view());  // acquired and released on b: no event recorded
+  CHECK(pool.stats().release_events == 0);
+  auto l2 = pool.acquire(0, a.view());  // the same slot on a: records on b now, a waits for it
+  CHECK(l2.view<float>(0).data() == slot);
+  CHECK(pool.stats().reuse_events == 1);
+  CHECK(pool.stats().cross_stream_waits == 1);
+  CHECK_FALSE(b.ready());  // the host did not block
+  write_value<<<1, 1, 0, a.get()>>>(slot, 2.0f);  // unordered, it would land first and be overwritten
+  HEADROOM_CUDA_CHECK_LAST();
+  a.synchronize();
+  float got = 0;
+  HEADROOM_CUDA_TRY(cudaMemcpy(&got, slot, sizeof got, cudaMemcpyDeviceToHost));
+  CHECK(got == 2.0f);
+  pool.release(l2, a.view());
+  pool.release(l1, a.view());
 }
 
 TEST_CASE("fallback buckets from a stream-ordered upstream: dynamic and persistent") {

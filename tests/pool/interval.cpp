@@ -55,6 +55,10 @@ TEST_CASE("N = 3, 4: valid, at least the bound, never larger than MaxPool with a
     workload const w = random_workload(rng);
     std::vector<execution_order> const orders{training_order(w), evaluation_order(w)};
     for (std::size_t n : {3u, 4u}) {
+      if (n > 2 * w.units.size()) {  // beyond the training order's entries: refused by name
+        CHECK_THROWS_AS((void)make_interval_plan(w, orders, {.resident = n}), invalid_argument);
+        continue;
+      }
       auto const p = make_interval_plan(w, orders, {.resident = n});
       INFO("trial ", trial, " N ", n);
       CHECK(p.arena_bytes >= lower_bound(w, orders, n));
@@ -181,6 +185,50 @@ TEST_CASE("bad input gets a clear error") {
   CHECK(contains(message_of([&] { validate(p, bad); }), "names unit 52"));
   CHECK(contains(message_of([&] { validate(make_plan<max>(w), training_order(w)); }), "N = 0"));
   CHECK_THROWS_AS(validate(p, execution_order{"e", {}}), invalid_argument);
+}
+
+TEST_CASE("resident N at the edge: beyond the longest order refused by name; find_conflict never wraps") {
+  auto const w = m::make_workload(m::nemotron_h_8b());  // 52 units: training order of 104 entries
+  std::vector<execution_order> const both{training_order(w), evaluation_order(w)};
+  // Was std::bad_alloc (2^40) and std::length_error (SIZE_MAX) from the planner's per-N tables.
+  for (std::size_t n : {std::size_t{1} << 40, SIZE_MAX, std::size_t{105}}) {
+    INFO("N = ", n);
+    auto const msg = message_of([&] { (void)make_interval_plan(w, both, {.resident = n}); });
+    CHECK(contains(msg, headroom::detail::concat("N = ", n)));
+    CHECK(contains(msg, "expected N <= 104"));
+    CHECK_THROWS_AS((void)make_interval_plan(w, both, {.resident = n}), invalid_argument);
+    CHECK_THROWS_AS((void)lower_bound(w, both, n), invalid_argument);
+  }
+  // N = the longest order is the largest accepted: every unit resident together, bound = all units.
+  auto const all = make_interval_plan(w, both, {.resident = 104});
+  CHECK(all.arena_bytes == lower_bound(w, both, 104));
+  CHECK_FALSE(find_conflict(all, training_order(w), SIZE_MAX).has_value());
+
+  // find_conflict(plan, order, SIZE_MAX): the window is the whole order. Units 0 and 2 share
+  // bytes in an N = 2 plan and are 2 entries apart; `i + resident` used to wrap and miss them.
+  workload three{"three",
+                 {{"a", {elements_of(dtype::bf16, 1000)}},
+                  {"b", {elements_of(dtype::bf16, 1000)}},
+                  {"c", {elements_of(dtype::bf16, 1000)}}},
+                 {}};
+  auto const p = make_interval_plan(three, {training_order(three)});
+  REQUIRE(p.slots[p.bucket_shape[0][0]].offset == p.slots[p.bucket_shape[2][0]].offset);
+  CHECK_FALSE(find_conflict(p, training_order(three)).has_value());
+  for (std::size_t n : {std::size_t{3}, std::size_t{1} << 40, SIZE_MAX - 1, SIZE_MAX}) {
+    INFO("N = ", n);
+    auto const c = find_conflict(p, training_order(three), n);
+    REQUIRE(c.has_value());
+    CHECK(c->position == 0);
+    CHECK(c->first_unit == 0);
+    CHECK(c->second_unit == 2);
+    CHECK(contains(c->message, "positions 0..5 of order 'train'") == (n != 3));
+  }
+  // The same for slot demand (max plans, 2 buffers): the whole order needs 3 slots of a shape.
+  auto const mp = make_plan<max>(three, {.buffers = 2});
+  auto const d = find_conflict(mp, training_order(three), SIZE_MAX);
+  REQUIRE(d.has_value());
+  CHECK(contains(d->message, "positions 0..5"));
+  CHECK(contains(d->message, "2 buffers"));
 }
 
 TEST_CASE("workloads beyond 2^62 bytes are refused by name, not planned with sums that wrapped") {

@@ -106,7 +106,7 @@ struct counting_resource {
 };
 static_assert(stream_resource<counting_resource, named_stream>);
 
-template <class Assignment = strict, class NonUnit = dynamic, class ReleaseOrder = record_at_release,
+template <class Assignment = strict, class NonUnit = dynamic, class ReleaseOrder = record_if_cross_stream,
           class OffTrace = reject_off_trace>
 using test_pool = unit_pool<named_stream, recording_event, counting_resource, Assignment, NonUnit, ReleaseOrder, OffTrace>;
 

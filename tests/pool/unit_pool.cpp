@@ -171,12 +171,12 @@ TEST_CASE("first_free: lowest free group every time, nothing pinned, no moves") 
 
 // ---- stream ordering -----------------------------------------------------------------------
 
-TEST_CASE("release records on the releasing stream; reuse on another stream waits on the device") {
+TEST_CASE("record_at_release: every release records on the releasing stream; reuse on another stream waits on the device") {
   log_t log;
   recording_event::log = &log;
   named_stream const home{0}, ag{1}, compute{2};
   {
-    test_pool<> p(make_plan<max>(uniform(3)), counting_resource{}, home);
+    test_pool<strict, dynamic, record_at_release> p(make_plan<max>(uniform(3)), counting_resource{}, home);
     auto l0 = p.acquire(0, ag);  // fresh slot: no wait
     auto l1 = p.acquire(1, ag);
     CHECK(log.lines.empty());

@@ -5,6 +5,8 @@
 #include <string>
 #include <bit>
 #include <cstdio>
+#include <concepts>
+#include <type_traits>
 
 #include "headroom/core/error.hpp"
 
@@ -27,11 +29,23 @@ inline constexpr std::size_t default_alignment = 256;
   return (n + mask) & ~mask;
 }
 
-/// Rounds `n` up to a multiple of any positive `m` (not only powers of two).
+/// Rounds `n` up to a multiple of any positive `m` (not only powers of two). Throws on overflow.
 [[nodiscard]] constexpr std::size_t round_up(std::size_t n, std::size_t m) {
   expects(m > 0, "round_up: multiple must be positive, got ", m);
   std::size_t const r = n % m;
+  expects<capacity_error>(r == 0 || n <= SIZE_MAX - (m - r), "round_up: ", n, " overflows when rounded up to a multiple of ", m);
   return r == 0 ? n : n + (m - r);
+}
+
+/// a * b for sizes and counts; throws capacity_error naming `what` and both operands when the
+/// product does not fit in T (a wrapped size is an under-allocation waiting to happen).
+template <std::integral T, class... What>
+[[nodiscard]] constexpr T checked_mul(T a, T b, What const&... what) {
+  T out{};
+  bool const overflow = __builtin_mul_overflow(a, b, &out);
+  expects<capacity_error>(!overflow, what..., ": ", a, " x ", b, " overflows ", sizeof(T) * 8, "-bit ",
+                          std::is_signed_v<T> ? "signed " : "unsigned ", "arithmetic");
+  return out;
 }
 
 /// "1.50 GiB" style formatting, exact bytes below 1 KiB.

@@ -186,7 +186,7 @@ template <communicator C, layout_policy L, row_element T>
 void gather(C& comm, partition<L> const& p, matrix_view<T const> local, matrix_view<T> out,
             typename C::stream_type const& s = {}) {
   host::aligned_resource mr;
-  std::size_t const bytes = static_cast<std::size_t>(gather_workspace_rows(p)) * local.row_bytes();
+  std::size_t const bytes = detail::rows_bytes(gather_workspace_rows(p), local.row_bytes(), "cp::gather", "workspace");
   void* w = mr.allocate({}, bytes, alignof(T) > 64 ? alignof(T) : 64);
   try {
     gather(comm, p, local, out, matrix_view<T>(static_cast<T*>(w), gather_workspace_rows(p), local.width), s);

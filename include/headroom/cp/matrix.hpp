@@ -6,6 +6,7 @@
 #include <span>
 #include <type_traits>
 
+#include "headroom/core/bytes.hpp"
 #include "headroom/core/error.hpp"
 
 namespace headroom::cp {
@@ -20,6 +21,12 @@ struct matrix_view {
   constexpr matrix_view(T* d, std::int64_t r, std::int64_t w) : data(d), rows(r), width(w) {
     expects(r >= 0 && w >= 1, "matrix_view: shape [", r, ", ", w, "] must have rows >= 0 and width >= 1");
     expects(d != nullptr || r == 0, "matrix_view: null data for ", r, " rows");
+    // Every size the ops derive from the shape (elements, bytes, row offsets) must fit: a
+    // wrapped size would address memory the view does not cover.
+    std::int64_t const elements = checked_mul(r, w, "matrix_view: shape rows x width");
+    expects<capacity_error>(elements <= PTRDIFF_MAX / static_cast<std::int64_t>(sizeof(T)), "matrix_view: shape [", r,
+                            ", ", w, "] holds ", elements, " elements of ", sizeof(T), " bytes, more than the ",
+                            PTRDIFF_MAX, " bytes an address range can span");
   }
   /// A [span.size() / width, width] view; the span must hold a whole number of rows.
   constexpr matrix_view(std::span<T> s, std::int64_t w) : matrix_view(s.data(), w >= 1 ? static_cast<std::int64_t>(s.size()) / w : 0, w) {
@@ -43,6 +50,13 @@ template <class T>
 }
 
 namespace detail {
+/// Bytes of `rows` rows of `row_bytes` each (a buffer size); capacity_error naming `op`, `what`
+/// and both operands when the product overflows.
+[[nodiscard]] inline std::size_t rows_bytes(std::int64_t rows, std::size_t row_bytes, char const* op, char const* what) {
+  expects(rows >= 0, op, ": ", what, " has ", rows, " rows, expected >= 0");
+  return checked_mul(static_cast<std::size_t>(rows), row_bytes, op, " ", what, " bytes: rows x row bytes");
+}
+
 /// Throws invalid_argument naming `what` unless `m` has `rows` rows of `width` elements.
 template <class T>
 void expect_shape(matrix_view<T> const& m, std::int64_t rows, std::int64_t width, char const* op, char const* what) {

@@ -92,16 +92,25 @@ template <gather_output_policy G, layout_policy L>
   expects(width >= 1, "cp::plan_output: width = ", width, ", expected >= 1");
   expects(elem_bytes >= 1, "cp::plan_output: elem_bytes = ", elem_bytes, ", expected >= 1");
   output_plan plan{G::name, p.cp_size(), p.local_rows(), p.global_rows(), width, elem_bytes};
-  auto const row = static_cast<std::size_t>(width) * elem_bytes;
+  char const* op = "cp::plan_output";
+  auto const row = checked_mul(static_cast<std::size_t>(width), elem_bytes, op, " row bytes: width x elem_bytes");
+  auto const rows_bytes = [&](std::int64_t rows, char const* what) { return detail::rows_bytes(rows, row, op, what); };
   if constexpr (std::same_as<G, gather_output::none>) {
     plan.result_rows = p.local_rows();
   } else {
     plan.result_rows = p.global_rows();
-    plan.output_buffer_bytes = static_cast<std::size_t>(p.global_rows()) * row;
-    plan.workspace_bytes = static_cast<std::size_t>(gather_workspace_rows(p, opts.max_workspace_rows)) * row;
-    if constexpr (std::same_as<G, gather_output::per_token>)
-      plan.workspace_bytes += static_cast<std::size_t>(p.local_rows()) * row;  // local per-token vectors
+    plan.output_buffer_bytes = rows_bytes(p.global_rows(), "output buffer");
+    plan.workspace_bytes = rows_bytes(gather_workspace_rows(p, opts.max_workspace_rows), "workspace");
+    if constexpr (std::same_as<G, gather_output::per_token>) {
+      auto const vectors = rows_bytes(p.local_rows(), "local per-token vectors");
+      expects<capacity_error>(plan.workspace_bytes <= SIZE_MAX - vectors, op, ": workspace ", plan.workspace_bytes,
+                              " + local per-token vectors ", vectors, " bytes overflow 64-bit arithmetic");
+      plan.workspace_bytes += vectors;
+    }
   }
+  expects<capacity_error>(plan.output_buffer_bytes <= SIZE_MAX - plan.workspace_bytes, op, ": output buffer ",
+                          plan.output_buffer_bytes, " + workspace ", plan.workspace_bytes,
+                          " bytes overflow 64-bit arithmetic");
   return plan;
 }
 
@@ -158,7 +167,7 @@ auto collect_output(C& comm, partition<L> const& p, matrix_view<T const> local, 
     static_assert(std::same_as<T, U>, "gather_output::full gathers the model output itself: out must have its element type");
     std::int64_t const ws_rows = gather_workspace_rows(p, opts.max_workspace_rows);
     detail::scoped_buffer<std::remove_reference_t<R>, typename C::stream_type> w(
-        mr, s, static_cast<std::size_t>(ws_rows) * local.row_bytes());
+        mr, s, detail::rows_bytes(ws_rows, local.row_bytes(), "cp::collect_output<full>", "workspace"));
     gather(comm, p, local, out, w.template as<T>(ws_rows, local.width), s);
     return stage_output<U>{out, p.global_cu_seqlens(), false};
   } else {
@@ -173,11 +182,12 @@ auto collect_output(C& comm, partition<L> const& p, matrix_view<T const> local, 
       detail::expect_shape(local, p.local_rows(), local.width, op, "local output");
       detail::expect_shape(out, p.global_rows(), out.width, op, "per-token output");
     });
-    auto const row = static_cast<std::size_t>(out.width) * sizeof(U);
+    auto const row = out.row_bytes();
     detail::scoped_buffer<std::remove_reference_t<R>, typename C::stream_type> vec(
-        mr, s, static_cast<std::size_t>(p.local_rows()) * row);
+        mr, s, detail::rows_bytes(p.local_rows(), row, op, "local per-token vectors"));
     std::int64_t const ws_rows = gather_workspace_rows(p, opts.max_workspace_rows);
-    detail::scoped_buffer<std::remove_reference_t<R>, typename C::stream_type> w(mr, s, static_cast<std::size_t>(ws_rows) * row);
+    detail::scoped_buffer<std::remove_reference_t<R>, typename C::stream_type> w(
+        mr, s, detail::rows_bytes(ws_rows, row, op, "workspace"));
     auto const vectors = vec.template as<U>(p.local_rows(), out.width);
     std::invoke(per_token, local, vectors);
     gather(comm, p, matrix_view<U const>(vectors), out, w.template as<U>(ws_rows, out.width), s);

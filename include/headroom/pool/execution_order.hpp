@@ -8,6 +8,7 @@
 // orders, so interleaving them (evaluation between training steps) stays inside the plan.
 //
 //   std::vector<pool::execution_order> orders{pool::training_order(w), pool::evaluation_order(w)};
+#include <algorithm>
 #include <cstddef>
 #include <ostream>
 #include <span>
@@ -50,13 +51,20 @@ struct execution_order {
   return evaluation_order(w.units.size(), std::move(name));
 }
 
-/// Throws invalid_argument naming the first problem: no orders, fewer than 2 resident units, an
-/// empty order, an order naming a unit the workload does not have, or a unit no order visits
-/// (it would get no place in the arena).
+/// Throws invalid_argument naming the first problem: no orders, fewer than 2 resident units or
+/// more than the longest order has entries, an empty order, an order naming a unit the workload
+/// does not have, or a unit no order visits (it would get no place in the arena).
 inline void validate_orders(std::size_t unit_count, std::span<execution_order const> orders, std::size_t resident) {
   expects(resident >= 2, "pool: resident units N = ", resident,
           "; expected N >= 2 (the unit computed now and at least one prefetched)");
   expects(!orders.empty(), "pool: no execution order registered; expected at least one (e.g. training_order(w))");
+  std::size_t longest = 0;
+  for (auto const& o : orders) longest = std::max(longest, o.units.size());
+  // Beyond the longest order every window is the whole order: a larger N changes nothing, and
+  // the planner sizes per-N tables (lanes) by it.
+  expects(resident <= std::max<std::size_t>(longest, 2), "pool: resident units N = ", resident,
+          "; expected N <= ", std::max<std::size_t>(longest, 2),
+          ", the entries of the longest registered order (a window that long already holds every unit of it)");
   std::vector<char> seen(unit_count, 0);
   for (auto const& o : orders) {
     expects(!o.units.empty(), "pool: execution order '", o.name, "' is empty; expected at least one unit");
@@ -73,13 +81,19 @@ inline void validate_orders(std::size_t unit_count, std::span<execution_order co
 
 namespace detail {
 
+/// One past the last entry of the window of `resident` entries starting at `first` (the end of
+/// the order when it is shorter); never wraps, whatever `resident` is.
+[[nodiscard]] inline std::size_t window_end(std::size_t first, std::size_t resident, std::size_t n) noexcept {
+  return first + std::min(resident, n - first);
+}
+
 /// Calls f(a, b) for every pair of distinct units within `resident` consecutive entries of `o`
 /// (each pair possibly more than once).
 template <class F>
 void for_each_resident_pair(execution_order const& o, std::size_t resident, F&& f) {
   std::size_t const n = o.units.size();
   for (std::size_t i = 0; i < n; ++i)
-    for (std::size_t j = i + 1; j < n && j < i + resident; ++j)
+    for (std::size_t j = i + 1, end = window_end(i, resident, n); j < end; ++j)
       if (o.units[i] != o.units[j]) f(o.units[i], o.units[j]);
 }
 

@@ -13,7 +13,7 @@
 
 namespace headroom::pool {
 
-template <class Assignment = strict, class NonUnit = dynamic, class ReleaseOrder = record_at_release,
+template <class Assignment = strict, class NonUnit = dynamic, class ReleaseOrder = record_if_cross_stream,
           class OffTrace = reject_off_trace>
 using host_unit_pool = unit_pool<host::inline_stream, host::inline_event, host::aligned_resource, Assignment, NonUnit,
                                  ReleaseOrder, OffTrace>;

@@ -359,7 +359,8 @@ struct residency_conflict {
 };
 
 /// Checks plan `p` against `order` with `resident` units alive at once (0: the plan's own N;
-/// fixed / max plans need it given). Returns the first conflict, or nothing when the order fits.
+/// fixed / max plans need it given; any N from the order's length on is the whole order). Returns
+/// the first conflict, or nothing when the order fits.
 /// Throws invalid_argument for N < 2, an empty order or a unit the plan does not have.
 [[nodiscard]] inline std::optional<residency_conflict> find_conflict(plan const& p, execution_order const& order,
                                                                      std::size_t resident = 0) {
@@ -370,15 +371,15 @@ struct residency_conflict {
   for (std::size_t i = 0; i < order.units.size(); ++i)
     expects(order.units[i] < p.unit_count(), "pool::validate: execution order '", order.name, "' names unit ",
             order.units[i], " at position ", i, "; plan '", p.workload_name, "' has ", p.unit_count(), " units");
+  std::size_t const n = order.units.size();
   auto const window = [&](std::size_t i) {
-    return headroom::detail::concat("positions ", i, "..", std::min(i + resident, order.units.size()) - 1, " of order '",
+    return headroom::detail::concat("positions ", i, "..", detail::window_end(i, resident, n) - 1, " of order '",
                                     order.name, "' (N = ", resident, ")");
   };
   auto const unit = [&](std::size_t u) { return headroom::detail::concat("unit ", u, " '", p.unit_names[u], "'"); };
-  std::size_t const n = order.units.size();
   if (p.resident > 0) {  // fixed byte ranges: distinct residents must not share a byte
     for (std::size_t i = 0; i < n; ++i)
-      for (std::size_t j = i + 1; j < n && j < i + resident; ++j) {
+      for (std::size_t j = i + 1, end = detail::window_end(i, resident, n); j < end; ++j) {
         std::size_t const a = order.units[i];
         std::size_t const b = order.units[j];
         if (a == b) continue;
@@ -404,7 +405,7 @@ struct residency_conflict {
   std::vector<std::size_t> first_user(p.shapes.size(), no_unit);
   std::vector<std::size_t> members;
   for (std::size_t i = 0; i + (n < resident ? n : resident) <= n; ++i) {
-    std::size_t const last = std::min(i + resident, n);
+    std::size_t const last = detail::window_end(i, resident, n);
     members.assign(order.units.begin() + static_cast<std::ptrdiff_t>(i),
                    order.units.begin() + static_cast<std::ptrdiff_t>(last));
     std::sort(members.begin(), members.end());

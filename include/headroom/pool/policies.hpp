@@ -7,7 +7,7 @@
 //   padding      no_padding | pad_elements | align_bytes<A>   sizes the plan is made for
 //   assignment   strict | first_free             which buffer group a unit's bucket takes
 //   non-unit     dynamic | persistent            where buckets without a slot live
-//   release      record_at_release | record_at_reuse   when the release event is recorded
+//   release      record_if_cross_stream | record_at_release | record_at_reuse   when the release event is recorded
 //   off-trace    reject_off_trace | fallback_off_trace  interval plans: a unit whose bytes are held
 #include <concepts>
 #include <cstddef>
@@ -182,25 +182,46 @@ template <class N>
 concept non_unit_policy = std::same_as<N, dynamic> || std::same_as<N, persistent>;
 
 // ---- when the release event is recorded -----------------------------------------------------
+//
+// A slot freed by release(lease, s) may be reused by work ordered after the release. On s itself
+// stream order already guarantees that; another stream must wait on an event recorded on s. The
+// policies differ in when that event is recorded: `records_at_release(cross_stream)` says whether
+// release records it (cross_stream: the lease was acquired on another stream than s); if not, the
+// first acquire on another stream records it on s then, and waits (the reuser then also waits for
+// work issued to s after the release: never unsafe, may serialise more).
 
-/// Default. release(lease, s) records an event on s; a reuse on another stream waits on it.
-/// Exact: the reuser waits for the work issued to s up to the release, nothing more.
+/// Default. Records at release when the lease crosses streams (acquired on one stream, released
+/// on another: the next user of its slots is expected on the acquiring stream, as in FSDP, which
+/// prefetches on a collective stream and releases on the compute stream); a lease acquired and
+/// released on one stream records nothing (the next user is expected there: stream order is
+/// enough). A reuse the guess missed (released on s after acquiring on s, then acquired on t)
+/// records on s at the reuse.
+struct record_if_cross_stream {
+  static constexpr std::string_view name = "record_if_cross_stream";
+  [[nodiscard]] static constexpr bool records_at_release(bool cross_stream) noexcept { return cross_stream; }
+};
+/// Every release records (one cudaEventRecord per release): exact for any reuse, whatever the
+/// stream; costs the record where nothing waits. For engines whose slots move between streams
+/// unpredictably (acquired and released on one stream, then reused on another while that
+/// stream keeps working).
 struct record_at_release {
   static constexpr std::string_view name = "record_at_release";
-  static constexpr bool lazy = false;
+  [[nodiscard]] static constexpr bool records_at_release(bool) noexcept { return true; }
 };
-/// release(lease, s) records nothing; a reuse on another stream records on s then and waits.
-/// The reuser waits for all work issued to s up to the reuse (a superset: never unsafe, may
-/// serialise more). Cheaper when most slots are reused on the stream that released them, and
-/// exact for FSDP's prefetch order (nothing is issued to the compute stream between releasing
-/// unit u-1 and prefetching u+1). The releasing stream must outlive the next acquire of the slot.
+/// No release records; a reuse on another stream records on the releasing stream then and
+/// waits: the reuser waits for all work issued there up to the reuse. Cheapest on the host;
+/// exact when nothing is issued to the releasing stream between the release and the reuse (FSDP
+/// prefetching unit u+1 before computing unit u); serialises otherwise (issuing compute of u,
+/// then prefetching u+1 makes the prefetch wait for that compute). The releasing stream must
+/// outlive the next acquire of the slot.
 struct record_at_reuse {
   static constexpr std::string_view name = "record_at_reuse";
-  static constexpr bool lazy = true;
+  [[nodiscard]] static constexpr bool records_at_release(bool) noexcept { return false; }
 };
 
 template <class O>
-concept release_order_policy = std::same_as<O, record_at_release> || std::same_as<O, record_at_reuse>;
+concept release_order_policy =
+    std::same_as<O, record_if_cross_stream> || std::same_as<O, record_at_release> || std::same_as<O, record_at_reuse>;
 
 // ---- interval plans: a unit whose bytes a held unit occupies -------------------------------
 

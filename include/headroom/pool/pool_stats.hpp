@@ -34,7 +34,8 @@ struct pool_stats {
   std::uint64_t cross_stream_waits = 0;  ///< device-side waits issued at acquire
   std::uint64_t fallback_allocations = 0;
   std::uint64_t off_trace_fallbacks = 0;  ///< interval plans: acquires served outside the arena
-  std::uint64_t release_events = 0;       ///< events recorded at release (one per release)
+  std::uint64_t release_events = 0;       ///< events recorded at release (at most one per release)
+  std::uint64_t reuse_events = 0;         ///< events a release deferred, recorded by a reuse on another stream
 
   friend std::ostream& operator<<(std::ostream& os, pool_stats const& s) {
     return os << "slots " << s.slots_in_use << "/" << s.slots_total << " (peak " << s.slots_in_use_peak
@@ -44,7 +45,7 @@ struct pool_stats {
               << "), acquisitions " << s.acquisitions << ", refetches " << s.refetches << ", releases "
               << s.releases << ", moves " << s.moves << ", cross-stream waits " << s.cross_stream_waits
               << ", fallback allocations " << s.fallback_allocations << ", off-trace fallbacks "
-              << s.off_trace_fallbacks << ", release events " << s.release_events;
+              << s.off_trace_fallbacks << ", release events " << s.release_events << ", reuse events " << s.reuse_events;
   }
 };
 

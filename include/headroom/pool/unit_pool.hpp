@@ -12,11 +12,13 @@
 // and non-unit buckets, follow the NonUnit policy (dynamic: upstream allocate/deallocate at each
 // acquire/release; persistent: one buffer each, allocated at construction in plan order).
 //
-// Stream order: release(lease, s) records one event on s, whatever the unit's bucket count; every
-// slot it frees remembers that event. The next acquire of such a slot on another stream makes
-// that stream wait for the event on the device, once per distinct event however many of its
-// slots it takes; on the same stream nothing is needed. The host never blocks. (ReleaseOrder
-// record_at_reuse defers the record to the first reuse on another stream; see policies.hpp.)
+// Stream order: a release on s is followed by one event on s, whatever the unit's bucket count;
+// every slot it frees remembers that event. The next acquire of such a slot on another stream
+// makes that stream wait for the event on the device, once per distinct event however many of
+// its slots it takes; on s itself nothing is needed. The host never blocks. ReleaseOrder says
+// when the event is recorded (policies.hpp): by default at release when the lease was acquired
+// on another stream (FSDP: prefetch on a collective stream, release on the compute stream), and
+// otherwise only if another stream reuses the slot, at that reuse.
 //
 // Interval plans (make_interval_plan: one slot per bucket, units that are never resident
 // together share bytes): acquiring a unit whose bytes a held unit occupies follows OffTrace
@@ -58,8 +60,10 @@
 #include "headroom/core/event.hpp"
 #include "headroom/core/resource.hpp"
 #include "headroom/core/stream.hpp"
-#include "headroom/pool/detail/release_events.hpp"
+#include "headroom/pool/detail/off_trace.hpp"
+#include "headroom/pool/detail/stream_order.hpp"
 #include "headroom/pool/interval.hpp"
+#include "headroom/pool/lease.hpp"
 #include "headroom/pool/plan.hpp"
 #include "headroom/pool/policies.hpp"
 #include "headroom/pool/pool_stats.hpp"
@@ -67,7 +71,7 @@
 namespace headroom::pool {
 
 template <class Stream, class Event, class Upstream, class Assignment = strict, class NonUnit = dynamic,
-          class ReleaseOrder = record_at_release, class OffTrace = reject_off_trace>
+          class ReleaseOrder = record_if_cross_stream, class OffTrace = reject_off_trace>
   requires stream<Stream> && event<Event, Stream> && std::default_initializable<Event> &&
            stream_resource<Upstream, Stream> && assignment_policy<Assignment> && non_unit_policy<NonUnit> &&
            release_order_policy<ReleaseOrder> && off_trace_policy<OffTrace>
@@ -83,88 +87,10 @@ class unit_pool {
   using release_order_type = ReleaseOrder;
   using off_trace_type = OffTrace;
 
-  /// A unit's (or non-unit bucket's) buffers while held. Move-only; release it through the pool.
-  /// A lease dropped without release keeps its slots held (exhaustion errors then name it).
-  class lease {
-   public:
-    lease() = default;
-    lease(lease const&) = delete;
-    lease& operator=(lease const&) = delete;
-    lease(lease&& o) noexcept : pool_(std::exchange(o.pool_, nullptr)), target_(o.target_), epoch_(o.epoch_) {}
-    /// Throws logic_error when this lease still holds slots: overwriting it would keep them
-    /// held forever. Release it first.
-    lease& operator=(lease&& o) {
-      if (this == &o) return *this;
-      if (pool_ != nullptr) [[unlikely]]
-        detail::fail<logic_error>("unit_pool::lease: move-assigning over a lease that still holds ",
-                                  pool_->describe_target(target_), "; release it first");
-      pool_ = std::exchange(o.pool_, nullptr);
-      target_ = o.target_;
-      epoch_ = o.epoch_;
-      return *this;
-    }
-    ~lease() = default;
-
-    /// False once released or moved from.
-    [[nodiscard]] bool valid() const noexcept { return pool_ != nullptr; }
-    [[nodiscard]] target_kind kind() const {
-      check("kind");
-      return pool_->is_unit(target_) ? target_kind::unit : target_kind::non_unit;
-    }
-    /// Unit index (kind unit) or non-unit bucket index (kind non_unit).
-    [[nodiscard]] std::size_t index() const {
-      check("index");
-      return pool_->external_index(target_);
-    }
-    [[nodiscard]] std::size_t size() const {
-      check("size");
-      return pool_->targets_[target_].bucket_count;
-    }
-    /// Bucket `b`'s bytes (its padded request size) at a fixed address while pooled.
-    [[nodiscard]] std::span<std::byte> bytes(std::size_t b) const {
-      check("bytes");
-      return pool_->buffer(target_, b);
-    }
-    /// The first `n` bytes of bucket `b`; throws capacity_error naming unit, bucket, request and
-    /// slot size when `n` exceeds it (a request the plan did not foresee never moves the slot).
-    [[nodiscard]] std::span<std::byte> bytes(std::size_t b, std::uint64_t n) const {
-      auto const all = bytes(b);
-      expects<capacity_error>(n <= all.size(), "unit_pool: request of ", n, " bytes for bucket ", b, " of ",
-                              pool_->describe_target(target_), " exceeds its planned ", all.size(),
-                              " bytes; plan on the padded size (padding policy)");
-      return all.first(static_cast<std::size_t>(n));
-    }
-    /// Bucket `b` viewed as `count` elements of T (all that fit when count is omitted).
-    template <class T>
-    [[nodiscard]] std::span<T> view(std::size_t b, std::size_t count = std::numeric_limits<std::size_t>::max()) const {
-      static_assert(std::is_trivially_copyable_v<T>);
-      auto const all = bytes(b);
-      if (count == std::numeric_limits<std::size_t>::max()) count = all.size() / sizeof(T);
-      expects<capacity_error>(count <= all.size() / sizeof(T), "unit_pool: view of ", count, " elements of ",
-                              sizeof(T), " bytes on bucket ", b, " of ", pool_->describe_target(target_),
-                              " exceeds its planned ", all.size(), " bytes");
-      expects(reinterpret_cast<std::uintptr_t>(all.data()) % alignof(T) == 0, "unit_pool: bucket ", b,
-              " address is not aligned for an element of alignment ", alignof(T));
-      return {reinterpret_cast<T*>(all.data()), count};
-    }
-    /// Slot index of bucket `b` in the plan, or none (max size_t) for a fallback buffer.
-    [[nodiscard]] std::size_t slot(std::size_t b) const {
-      check("slot");
-      auto const s = pool_->slot_of(target_, b);
-      return s == none ? std::numeric_limits<std::size_t>::max() : s;
-    }
-
-   private:
-    friend class unit_pool;
-    lease(unit_pool* p, std::uint32_t t, std::uint64_t e) noexcept : pool_(p), target_(t), epoch_(e) {}
-    void check(char const* what) const {
-      if (pool_ == nullptr) [[unlikely]]
-        detail::fail<logic_error>("unit_pool::lease::", what, ": lease is empty (released or moved from)");
-    }
-    unit_pool* pool_ = nullptr;
-    std::uint32_t target_ = 0;
-    std::uint64_t epoch_ = 0;
-  };
+  /// A unit's (or non-unit bucket's) buffers while held (lease.hpp). Move-only; release it
+  /// through the pool.
+  using lease = unit_lease<unit_pool>;
+  friend lease;
 
   /// Allocates the arena (and persistent buffers) from `upstream` on `stream`, which is also
   /// the stream the memory is returned on when the pool dies.
@@ -252,12 +178,9 @@ class unit_pool {
     // Recorded first (may throw a CUDA error): the lease stays valid when it does.
     std::uint32_t event = none;
     if (t.holders == 1 && t.in_arena) {
-      event = events_.next();
-      if constexpr (!ReleaseOrder::lazy) {
-        events_[event].record(s);
-        ++stats_.release_events;
-      }
-      events_.claim();
+      bool const record_now = ReleaseOrder::records_at_release(!(t.acquired_on == s));
+      event = order_.begin_release(s, record_now);
+      if (record_now) ++stats_.release_events;
     }
     l.pool_ = nullptr;
     if (--t.holders > 0) return;
@@ -265,13 +188,8 @@ class unit_pool {
     for (std::uint32_t b = 0; b < t.bucket_count; ++b) {
       auto& st = buckets_[t.first_bucket + b];
       if (st.slot != none) {
-        auto& sl = slots_[st.slot];
-        sl.release_stream = s;
-        sl.pending = true;
-        sl.waited = false;
-        sl.event = event;
-        events_.hold(event);
-        sl.holder = none;
+        order_.free_slot(st.slot, s, event);
+        holder_[st.slot] = none;
         free_mask_[plan_.slots[st.slot].shape] |= std::uint64_t{1} << plan_.slots[st.slot].group;
         st.slot = none;
         --stats_.slots_in_use;
@@ -282,7 +200,7 @@ class unit_pool {
         stats_.fallback_bytes_in_use -= st.bytes;
       }
     }
-    if (event != none) events_.unclaim_if_unheld(event);  // nothing pooled was freed
+    if (event != none) order_.end_release(event);  // frees the event if nothing pooled was freed
     t.in_arena = false;
   }
 
@@ -321,7 +239,7 @@ class unit_pool {
       for (std::size_t u = 0; u < unit_count_; ++u) held[u] = targets_[u].holders > 0 && targets_[u].in_arena && !counted[u];
       for (std::size_t u = 0; u < unit_count_; ++u)
         if (seen[u])
-          for (auto v : overlaps_[u])
+          for (auto v : sharing_.sharing(static_cast<std::uint32_t>(u)))
             if (held[v] || seen[v]) return false;
     }
     return true;
@@ -336,22 +254,12 @@ class unit_pool {
   /// Call it (1) after the host synchronized every stream that released slots, and (2) around
   /// a CUDA graph capture: CUDA forbids waiting inside a capture on an event recorded outside
   /// it, and waiting outside on an event recorded inside it (the graph carries that order).
-  void clear_release_events() noexcept {
-    for (auto& s : slots_) {
-      s.pending = false;
-      s.event = none;
-    }
-    events_.reset();
-  }
+  void clear_release_events() noexcept { order_.clear(); }
   /// Free slots whose release event has not been waited on yet.
-  [[nodiscard]] std::size_t pending_release_events() const noexcept {
-    std::size_t n = 0;
-    for (auto const& s : slots_) n += s.pending ? 1 : 0;
-    return n;
-  }
+  [[nodiscard]] std::size_t pending_release_events() const noexcept { return order_.pending(); }
   /// Distinct release events some free slot still waits on (one per release, however many
   /// slots it freed).
-  [[nodiscard]] std::size_t busy_release_events() const noexcept { return events_.busy(); }
+  [[nodiscard]] std::size_t busy_release_events() const noexcept { return order_.busy(); }
 
   /// Leases held on unit `u` now (0: free).
   [[nodiscard]] std::uint32_t holders(std::size_t u) const {
@@ -360,8 +268,8 @@ class unit_pool {
   }
   /// The unit holding slot `s`, or max size_t when it is free.
   [[nodiscard]] std::size_t slot_holder(std::size_t s) const {
-    expects(s < slots_.size(), "unit_pool::slot_holder: slot ", s, " out of range [0, ", slots_.size(), ")");
-    return slots_[s].holder == none ? std::numeric_limits<std::size_t>::max() : slots_[s].holder;
+    expects(s < holder_.size(), "unit_pool::slot_holder: slot ", s, " out of range [0, ", holder_.size(), ")");
+    return holder_[s] == none ? std::numeric_limits<std::size_t>::max() : holder_[s];
   }
   /// Strict assignment: the group bucket `b` of unit `u` is pinned to, or max size_t if none yet.
   [[nodiscard]] std::size_t pinned_group(std::size_t u, std::size_t b) const {
@@ -378,6 +286,7 @@ class unit_pool {
     std::uint32_t holders = 0;
     std::uint64_t epoch = 0;
     bool in_arena = false;  // held, and its pooled buckets are in their slots (not off-trace buffers)
+    Stream acquired_on{};   // the stream of the acquire that took the slots (release order policy)
   };
   struct bucket_state {
     std::uint32_t shape = no_shape;  // no_shape: served by the NonUnit policy
@@ -386,19 +295,12 @@ class unit_pool {
     std::uint64_t bytes = 0;         // padded request
     std::byte* data = nullptr;       // fallback buffer (dynamic while held, or persistent)
   };
-  struct slot_state {
-    std::uint32_t holder = none;
-    bool pending = false;        // released, and its release event not yet waited on
-    std::uint32_t event = none;  // that event (shared by every slot of the release)
-    Stream release_stream{};
-    bool waited = false;  // `waited_by` already waits on it (interval plans: bytes shared by units)
-    Stream waited_by{};
-  };
 
   [[nodiscard]] bool is_unit(std::uint32_t t) const noexcept { return t < unit_count_; }
   [[nodiscard]] std::size_t external_index(std::uint32_t t) const noexcept {
     return is_unit(t) ? t : t - unit_count_;
   }
+  [[nodiscard]] std::size_t bucket_count(std::uint32_t t) const noexcept { return targets_[t].bucket_count; }
   // Printable names, formatted only when an error message is built (expects evaluates its
   // arguments on every call, so the hot path must not build strings).
   // (Members, not friends, do the printing: a nested class may access the pool's internals,
@@ -425,10 +327,10 @@ class unit_pool {
       for (std::uint32_t g = 0; g < p.plan_.buffers; ++g) {
         auto const s = p.plan_.slot_index(g, shape);
         os << (g ? ", " : "") << "slot " << s << " (group " << g << ") held by ";
-        if (p.slots_[s].holder == none)
+        if (p.holder_[s] == none)
           os << "nobody";
         else
-          os << target_name{&p, p.slots_[s].holder};
+          os << target_name{&p, p.holder_[s]};
       }
     }
     friend std::ostream& operator<<(std::ostream& os, shape_holders const& h) {
@@ -437,10 +339,11 @@ class unit_pool {
     }
   };
   [[nodiscard]] target_name describe_target(std::uint32_t t) const noexcept { return {this, t}; }
-  [[nodiscard]] std::uint32_t slot_of(std::uint32_t t, std::size_t b) const {
+  [[nodiscard]] std::size_t slot_of(std::uint32_t t, std::size_t b) const {
     expects(b < targets_[t].bucket_count, "unit_pool::lease: bucket ", b, " out of range [0, ",
             targets_[t].bucket_count, ") of ", describe_target(t));
-    return buckets_[targets_[t].first_bucket + b].slot;
+    auto const s = buckets_[targets_[t].first_bucket + b].slot;
+    return s == none ? std::numeric_limits<std::size_t>::max() : s;
   }
   [[nodiscard]] std::span<std::byte> buffer(std::uint32_t t, std::size_t b) const {
     expects(b < targets_[t].bucket_count, "unit_pool::lease: bucket ", b, " out of range [0, ",
@@ -472,11 +375,9 @@ class unit_pool {
       st.bytes = bytes;
       buckets_.push_back(st);
     }
-    slots_.resize(plan_.slots.size());
-    // One event per release; an event is busy while a free slot still refers to it, so there are
-    // never more busy events than slots, and a release always finds a free one.
-    events_ = detail::release_events<Event>(plan_.slots.size());
-    if (plan_.resident > 0) build_overlaps();
+    holder_.assign(plan_.slots.size(), none);
+    order_ = detail::stream_order<Stream, Event>(plan_.slots.size());
+    sharing_ = detail::byte_sharing(plan_, [&](std::uint32_t u) { return targets_[u].bucket_count; });
     std::uint64_t const all = plan_.buffers == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << plan_.buffers) - 1;
     free_mask_.assign(plan_.shapes.size(), all);
   }
@@ -490,19 +391,20 @@ class unit_pool {
     }
     // Interval plans: the unit's bytes must not be held by a unit sharing them.
     bool off_trace = false;
-    if (plan_.resident > 0 && is_unit(t))
-      for (auto v : overlaps_[t])
-        if (targets_[v].holders > 0 && targets_[v].in_arena) {
-          if constexpr (!OffTrace::fallback) fail_off_trace(t, v);
-          off_trace = true;
-          break;
-        }
+    if (sharing_.active() && is_unit(t)) {
+      auto const held = sharing_.held_sharer(t, [&](std::uint32_t v) { return targets_[v].holders > 0 && targets_[v].in_arena; });
+      if (held != none) {
+        if constexpr (!OffTrace::fallback)
+          detail::off_trace_error(plan_, t, describe_target(t), held, describe_target(held), stats_.acquisitions + 1);
+        off_trace = true;
+      }
+    }
     // Phase 1: choose a group per pooled bucket (a unit's buckets have distinct shapes, so the
     // choices cannot collide); throw before touching any state.
     // Per bucket the chosen group, then (phase 2) the events waited on, at most one per slot
     // looked at; on the stack for small units.
     constexpr std::uint32_t max_inline = 16;
-    std::size_t const looked_at = is_unit(t) && plan_.resident > 0 ? wait_slots_[t] : tg.bucket_count;
+    std::size_t const looked_at = is_unit(t) && sharing_.active() ? sharing_.wait_slots(t) : tg.bucket_count;
     std::uint32_t scratch_inline[2 * max_inline];
     std::vector<std::uint32_t> scratch_heap;
     std::uint32_t* chosen = scratch_inline;
@@ -532,26 +434,18 @@ class unit_pool {
     // host does not block), once per distinct release event. May throw (a CUDA error); extra
     // waits are harmless, state unchanged.
     std::uint64_t waits = 0;
-    auto const wait_for = [&](slot_state& sl) {
-      if (!sl.pending || sl.release_stream == s || (sl.waited && sl.waited_by == s)) return;
-      sl.waited = true;  // s is ordered after the release from here on (stream order)
-      sl.waited_by = s;
-      if (std::find(waited, waited + waits, sl.event) != waited + waits) return;
-      if constexpr (ReleaseOrder::lazy) events_[sl.event].record(sl.release_stream);
-      events_[sl.event].wait_on(s);
-      waited[waits++] = sl.event;
-    };
+    auto const wait_for = [&](std::size_t slot) { order_.wait_for(static_cast<std::uint32_t>(slot), s, waited, waits); };
     for (std::uint32_t b = 0; b < tg.bucket_count && !off_trace; ++b) {
       auto const& st = buckets_[tg.first_bucket + b];
-      if (st.shape != no_shape) wait_for(slots_[plan_.slot_index(chosen[b], st.shape)]);
+      if (st.shape != no_shape) wait_for(plan_.slot_index(chosen[b], st.shape));
     }
     // Interval plans: the bytes were last used by the units sharing them; their releases stay
     // pending (a unit sharing bytes with them later must wait too) until they are re-acquired.
-    if (plan_.resident > 0 && is_unit(t) && !off_trace)
-      for (auto v : overlaps_[t])
+    if (sharing_.active() && is_unit(t) && !off_trace)
+      for (auto v : sharing_.sharing(t))
         for (std::uint32_t b = 0; b < targets_[v].bucket_count; ++b) {
           auto const shape = buckets_[targets_[v].first_bucket + b].shape;
-          if (shape != no_shape) wait_for(slots_[plan_.slot_index(0, shape)]);
+          if (shape != no_shape) wait_for(plan_.slot_index(0, shape));
         }
     // Phase 3: dynamic buffers (buckets without a slot, or every bucket of an off-trace
     // acquire); if upstream throws, undo them.
@@ -595,9 +489,8 @@ class unit_pool {
           if (b < 32) moved |= 1u << b;
         }
       }
-      auto& sl = slots_[index];
-      if (sl.pending) forget_event(sl);
-      sl.holder = t;
+      order_.take(index);
+      holder_[index] = t;
       free_mask_[st.shape] &= ~(std::uint64_t{1} << g);
       st.slot = index;
       ++stats_.slots_in_use;
@@ -605,9 +498,11 @@ class unit_pool {
     }
     if (off_trace) ++stats_.off_trace_fallbacks;
     stats_.cross_stream_waits += waits;
+    stats_.reuse_events = order_.recorded_at_reuse();
     if (stats_.slots_in_use > stats_.slots_in_use_peak) stats_.slots_in_use_peak = stats_.slots_in_use;
     ++stats_.acquisitions;
     tg.holders = 1;
+    tg.acquired_on = s;
     ++tg.epoch;
     lease l(this, t, tg.epoch);
     if constexpr (Assignment::pins) {
@@ -627,36 +522,9 @@ class unit_pool {
     return l;
   }
 
-  // A slot stops waiting on its release event; the event is free once no slot waits on it.
-  void forget_event(slot_state& sl) noexcept {
-    sl.pending = false;
-    if (sl.event != none) events_.drop(sl.event);
-    sl.event = none;
-  }
-
-  // Interval plans: the units sharing bytes with each unit, and how many slots an acquire may
-  // have to wait on (its own and theirs).
-  void build_overlaps() {
-    overlaps_ = units_sharing_bytes(plan_);
-    wait_slots_.assign(unit_count_, 0);
-    for (std::uint32_t u = 0; u < unit_count_; ++u) {
-      wait_slots_[u] = targets_[u].bucket_count;
-      for (auto v : overlaps_[u]) wait_slots_[u] += targets_[v].bucket_count;
-    }
-  }
-
-  [[noreturn]] void fail_off_trace(std::uint32_t u, std::uint32_t held) const {
-    auto positions = [&](std::uint32_t x) { return order_positions(plan_, x); };
-    detail::fail<logic_error>("unit_pool::acquire: ", describe_target(u), " (", positions(u), ") shares arena bytes with ",
-                              describe_target(held), " (", positions(held), "), which is held, at acquisition ",
-                              stats_.acquisitions + 1, " of plan '", plan_.workload_name,
-                              "'; no registered order has them within ", plan_.resident,
-                              " consecutive units. Release it first, plan for this order, or use fallback_off_trace");
-  }
-
   void report_move(std::uint32_t t, std::uint32_t b, bucket_state const& st, std::uint32_t g) const {
     auto const pinned_slot = plan_.slot_index(st.pinned, st.shape);
-    std::uint32_t const holder = slots_[pinned_slot].holder;
+    std::uint32_t const holder = holder_[pinned_slot];
     std::string const msg = headroom::detail::concat(
         "unit_pool[", plan_.workload_name, "]: bucket ", b, " of ", describe_target(t), " is pinned to group ",
         st.pinned, " but its slot ", pinned_slot, " is held by ",
@@ -674,31 +542,7 @@ class unit_pool {
         st.data = nullptr;
       }
     if (arena_ == nullptr) return;
-    // One wait per distinct event, found without allocating (noexcept): a slot waits unless an
-    // earlier pending slot holds the same event. Quadratic in the slots, once, at destruction.
-    auto waits = [&](std::size_t i) {
-      auto const& sl = slots_[i];
-      if (!sl.pending || sl.release_stream == home_) return false;
-      for (std::size_t j = 0; j < i; ++j)
-        if (slots_[j].pending && !(slots_[j].release_stream == home_) && slots_[j].event == sl.event) return false;
-      return true;
-    };
-    try {
-      for (std::size_t i = 0; i < slots_.size(); ++i)
-        if (waits(i)) {
-          auto const& sl = slots_[i];
-          if constexpr (ReleaseOrder::lazy) events_[sl.event].record(sl.release_stream);
-          events_[sl.event].wait_on(home_);
-        }
-    } catch (...) {  // a failed wait: fall back to the host waiting for the releases
-      for (auto const& sl : slots_)
-        if (sl.pending) {
-          try {
-            events_[sl.event].synchronize();
-          } catch (...) {
-          }
-        }
-    }
+    order_.drain(home_);
     upstream_.deallocate(home_, arena_, static_cast<std::size_t>(plan_.arena_bytes), plan_.alignment);
     arena_ = nullptr;
   }
@@ -711,10 +555,9 @@ class unit_pool {
   std::size_t unit_count_ = 0;
   std::vector<target_state> targets_;  // units, then non-unit buckets
   std::vector<bucket_state> buckets_;
-  std::vector<slot_state> slots_;
-  detail::release_events<Event> events_{0};
-  std::vector<std::vector<std::uint32_t>> overlaps_;  // interval plans: units sharing bytes
-  std::vector<std::size_t> wait_slots_;               // interval plans: own + sharing units' slots
+  std::vector<std::uint32_t> holder_;  // per slot: the target holding it, or none
+  detail::stream_order<Stream, Event> order_;  // per slot: the release a reuse must follow
+  detail::byte_sharing sharing_;               // interval plans: units sharing bytes
   std::vector<std::uint64_t> free_mask_;  // per shape: bit g set = group g free
   pool_stats stats_;
 };

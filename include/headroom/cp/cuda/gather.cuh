@@ -149,7 +149,7 @@ auto collect_output(C& comm, partition<L> const& p, device_cu<I> cu, matrix_view
   } else if constexpr (std::same_as<G, gather_output::full>) {
     static_assert(std::same_as<T, U>, "gather_output::full gathers the model output itself: out must have its element type");
     std::int64_t const ws_rows = gather_workspace_rows(p, opts.max_workspace_rows);
-    buffer w(mr, s, static_cast<std::size_t>(ws_rows) * local.row_bytes());
+    buffer w(mr, s, cp::detail::rows_bytes(ws_rows, local.row_bytes(), "cp::cuda::collect_output<full>", "workspace"));
     gather<V>(comm, p, cu, local, out, w.template as<T>(ws_rows, local.width), s);
     return stage_output<U>{out, p.global_cu_seqlens(), false};
   } else {
@@ -161,10 +161,10 @@ auto collect_output(C& comm, partition<L> const& p, device_cu<I> cu, matrix_view
     cp::detail::expect_group(comm, p, op);
     cp::detail::expect_shape(local, p.local_rows(), local.width, op, "local output");
     cp::detail::expect_shape(out, p.global_rows(), out.width, op, "per-token output");
-    auto const row = static_cast<std::size_t>(out.width) * sizeof(U);
-    buffer vec(mr, s, static_cast<std::size_t>(p.local_rows()) * row);
+    auto const row = out.row_bytes();
+    buffer vec(mr, s, cp::detail::rows_bytes(p.local_rows(), row, op, "local per-token vectors"));
     std::int64_t const ws_rows = gather_workspace_rows(p, opts.max_workspace_rows);
-    buffer w(mr, s, static_cast<std::size_t>(ws_rows) * row);
+    buffer w(mr, s, cp::detail::rows_bytes(ws_rows, row, op, "workspace"));
     auto const vectors = vec.template as<U>(p.local_rows(), out.width);
     std::invoke(per_token, local, vectors, s);
     gather<V>(comm, p, cu, matrix_view<U const>(vectors), out, w.template as<U>(ws_rows, out.width), s);

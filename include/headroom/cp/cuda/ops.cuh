@@ -97,8 +97,17 @@ namespace detail {
 /// 512 MiB split 92.1 % against 90.9 %; at 16 MiB the runs kernel 91.5-92.1 %, the general 85-86 %).
 #define HEADROOM_CP_RUNS_MAX_BYTES (std::int64_t{256} << 20)
 #endif
+#ifndef HEADROOM_CP_RUNS_ROUNDS_PER_BLOCK
+/// Rounds (block_threads x runs_unroll vectors, 32 KiB at 16-byte vectors) each block of the runs
+/// kernel copies; 0: a grid of HEADROOM_CP_RUNS_WAVES blocks per resident block slot instead.
+/// One round per block keeps the blocks running at any moment on one narrow, contiguous window
+/// of the output (blocks start in index order); a grid-stride loop spreads them over the whole
+/// copy (H200, 128K x 4096 split at cp = 8, 4096 rounds: 1 wave of blocks looping 7.8 rounds
+/// 81-84 % of a copy, 4 waves looping ~2 rounds 88-90 %).
+#define HEADROOM_CP_RUNS_ROUNDS_PER_BLOCK 1
+#endif
 #ifndef HEADROOM_CP_RUNS_WAVES
-/// The runs kernel's grid in blocks per resident block slot.
+/// The runs kernel's grid in blocks per resident block slot, when HEADROOM_CP_RUNS_ROUNDS_PER_BLOCK is 0.
 #define HEADROOM_CP_RUNS_WAVES 4
 #endif
 #ifndef HEADROOM_CP_STAGE_BYTES
@@ -223,16 +232,28 @@ void launch_copy_rows(Source source, void const* in, void* out, std::int64_t row
   return HEADROOM_CP_ROW_RUNS && rows <= HEADROOM_CP_RUNS_MAX_BYTES / static_cast<std::int64_t>(plan.row_bytes);
 }
 
-/// Launches copy_runs_kernel over `runs` (output rows in order): as many blocks as stay resident
-/// (times HEADROOM_CP_RUNS_WAVES), fewer when the copy has fewer rounds of work.
+/// The runs kernel's grid for a copy of `rounds` rounds: HEADROOM_CP_RUNS_ROUNDS_PER_BLOCK rounds
+/// a block, or (0) HEADROOM_CP_RUNS_WAVES blocks per resident slot; never more blocks than
+/// rounds, nor than a grid may have.
+[[nodiscard]] inline std::int64_t runs_grid(std::int64_t rounds, std::size_t vector_bytes) {
+  std::int64_t blocks = 0;
+  if constexpr (HEADROOM_CP_RUNS_ROUNDS_PER_BLOCK > 0)
+    blocks = (rounds + HEADROOM_CP_RUNS_ROUNDS_PER_BLOCK - 1) / HEADROOM_CP_RUNS_ROUNDS_PER_BLOCK;
+  else
+    blocks = resident_blocks(runs_kernel_of(vector_bytes)) * HEADROOM_CP_RUNS_WAVES;
+  return std::min({rounds, blocks, std::int64_t{0x7fffffff}});
+}
+
+/// Launches copy_runs_kernel over `runs` (output rows in order) on runs_grid's blocks, or on
+/// `grid_blocks` when positive (benchmarks comparing grids); a grid-stride loop covers the rest.
 inline void launch_copy_runs(row_runs const& runs, void const* in, void* out, copy_plan const& plan, stream_view s,
-                             char const* op) {
+                             char const* op, std::int64_t grid_blocks = 0) {
   if (runs.rows == 0) return;
   std::uint32_t const vpr = checked_vectors_per_row(plan, op);
-  std::int64_t const resident = resident_blocks(runs_kernel_of(plan.vector_bytes)) * HEADROOM_CP_RUNS_WAVES;
   std::int64_t const per_round = std::int64_t{block_threads} * runs_unroll;
   std::int64_t const rounds = (runs.rows * static_cast<std::int64_t>(vpr) + per_round - 1) / per_round;
-  auto const grid = static_cast<unsigned>(std::min(rounds, resident));
+  auto const grid = static_cast<unsigned>(
+      grid_blocks > 0 ? std::min({rounds, grid_blocks, std::int64_t{0x7fffffff}}) : runs_grid(rounds, plan.vector_bytes));
   with_vector_width(plan.vector_bytes, [&](auto vector_tag) {
     using V = typename decltype(vector_tag)::type;
     copy_runs_kernel<V><<<grid, block_threads, 0, s.get()>>>(runs, static_cast<V const*>(in), static_cast<V*>(out),

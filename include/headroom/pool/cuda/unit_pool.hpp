@@ -19,7 +19,7 @@
 namespace headroom::pool {
 
 template <class Upstream = cuda::device_resource, class Assignment = strict, class NonUnit = dynamic,
-          class ReleaseOrder = record_at_release, class OffTrace = reject_off_trace>
+          class ReleaseOrder = record_if_cross_stream, class OffTrace = reject_off_trace>
 using cuda_unit_pool = unit_pool<cuda::stream_view, cuda::event, Upstream, Assignment, NonUnit, ReleaseOrder, OffTrace>;
 
 static_assert(std::default_initializable<cuda::event>, "unit_pool creates its release events up front");

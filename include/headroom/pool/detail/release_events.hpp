@@ -3,6 +3,10 @@
 // waits on it. A release takes a free event, records it and every slot it frees holds it; an
 // acquire that takes the slot drops it; the event is free again when no slot holds it. Busy
 // events never outnumber free slots, so with one event per slot a release always finds one.
+//
+// Free events are reused first in, first out, from a set `spare` larger than the slots: a
+// release re-records the event that has been idle longest, not the one another stream waited on
+// a moment ago (as a bare loop over per-unit events does).
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -13,37 +17,51 @@ namespace headroom::pool::detail {
 template <class Event>
 class release_events {
  public:
-  explicit release_events(std::size_t count) : events_(count), holds_(count, 0) {
-    free_.reserve(count);  // drop() and unclaim_if_unheld() never allocate
+  static constexpr std::size_t spare = 16;
+
+  /// Events for `slots` slots (none when there are no slots).
+  explicit release_events(std::size_t slots)
+      : events_(slots == 0 ? 0 : slots + spare), holds_(events_.size(), 0), ring_(events_.size(), 0) {
     reset();
   }
 
   /// The event the next release takes (record it, then claim it: recording may throw).
-  [[nodiscard]] std::uint32_t next() const noexcept { return free_.back(); }
-  void claim() noexcept { free_.pop_back(); }
+  [[nodiscard]] std::uint32_t next() const noexcept { return ring_[head_]; }
+  void claim() noexcept {
+    head_ = head_ + 1 == ring_.size() ? 0 : head_ + 1;
+    --free_;
+  }
   /// A claimed event that no slot came to hold is free again.
   void unclaim_if_unheld(std::uint32_t e) noexcept {
-    if (holds_[e] == 0) free_.push_back(e);
+    if (holds_[e] == 0) push(e);
   }
   void hold(std::uint32_t e) noexcept { ++holds_[e]; }
   void drop(std::uint32_t e) noexcept {
-    if (--holds_[e] == 0) free_.push_back(e);
+    if (--holds_[e] == 0) push(e);
   }
   /// Every event free (after clear_release_events).
   void reset() noexcept {
     std::fill(holds_.begin(), holds_.end(), 0);
-    free_.clear();
-    for (auto e = static_cast<std::uint32_t>(events_.size()); e-- > 0;) free_.push_back(e);
+    for (std::size_t e = 0; e < ring_.size(); ++e) ring_[e] = static_cast<std::uint32_t>(e);
+    head_ = 0;
+    free_ = ring_.size();
   }
 
   [[nodiscard]] Event& operator[](std::uint32_t e) noexcept { return events_[e]; }
   [[nodiscard]] std::size_t size() const noexcept { return events_.size(); }
-  [[nodiscard]] std::size_t busy() const noexcept { return events_.size() - free_.size(); }
+  [[nodiscard]] std::size_t busy() const noexcept { return events_.size() - free_; }
 
  private:
+  void push(std::uint32_t e) noexcept {
+    std::size_t const at = head_ + free_;
+    ring_[at >= ring_.size() ? at - ring_.size() : at] = e;
+    ++free_;
+  }
   std::vector<Event> events_;
   std::vector<std::uint32_t> holds_;  // per event: free slots still waiting on it
-  std::vector<std::uint32_t> free_;   // events no slot holds, the next one at the back
+  std::vector<std::uint32_t> ring_;   // free events from ring_[head_], oldest first (FIFO)
+  std::size_t head_ = 0;
+  std::size_t free_ = 0;
 };
 
 }  // namespace headroom::pool::detail

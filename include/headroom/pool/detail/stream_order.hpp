@@ -1,0 +1,145 @@
+#pragma once
+// The stream order of a unit_pool's slots: for every free slot, the release it must follow (the
+// releasing stream and one event per release), and the device-side waits an acquire on another
+// stream issues for it. The host never blocks.
+//
+//   release(lease, s):  begin_release(s, record_now) -> event; free_slot(slot, s, event) per slot;
+//                       end_release(event)
+//   acquire(u, s):      wait_for(slot, s, ...) per slot it may take (throws: nothing changed);
+//                       take(slot) per slot it took
+//
+// An event not recorded at release (the release order policy deferred it) is recorded on the
+// releasing stream by the first wait that needs it: the waiter then follows everything issued
+// to that stream up to the wait, a superset of the release (never unsafe).
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "headroom/pool/detail/release_events.hpp"
+
+namespace headroom::pool::detail {
+
+template <class Stream, class Event>
+class stream_order {
+ public:
+  static constexpr std::uint32_t none = std::numeric_limits<std::uint32_t>::max();
+
+  stream_order() : events_(0) {}
+  /// An event is busy while a free slot still refers to it, so there are never more busy events
+  /// than slots, and a release always finds a free one (release_events keeps a few more).
+  explicit stream_order(std::size_t slots) : slots_(slots), events_(slots), recorded_(events_.size(), 0) {}
+
+  /// The event of one release on `s`, recorded now when `record_now` (may throw a CUDA error:
+  /// nothing has changed then).
+  [[nodiscard]] std::uint32_t begin_release(Stream const& s, bool record_now) {
+    std::uint32_t const e = events_.next();
+    if (record_now) events_[e].record(s);
+    recorded_[e] = record_now ? 1 : 0;
+    events_.claim();
+    return e;
+  }
+  /// Slot `i` is free after the release `e` on `s`.
+  void free_slot(std::uint32_t i, Stream const& s, std::uint32_t e) noexcept {
+    auto& sl = slots_[i];
+    sl.release_stream = s;
+    sl.pending = true;
+    sl.waited = false;
+    sl.event = e;
+    events_.hold(e);
+  }
+  /// The release freed nothing: its event is free again.
+  void end_release(std::uint32_t e) noexcept { events_.unclaim_if_unheld(e); }
+
+  /// Orders `s` after the release of slot `i` on the device, unless `s` is the releasing stream
+  /// or already follows it; once per distinct event (`waited[0, waits)`: the events this acquire
+  /// waited on). May throw (a CUDA error); extra waits are harmless, nothing else changes.
+  void wait_for(std::uint32_t i, Stream const& s, std::uint32_t* waited, std::uint64_t& waits) {
+    auto& sl = slots_[i];
+    if (!sl.pending || sl.release_stream == s || (sl.waited && sl.waited_by == s)) return;
+    sl.waited = true;  // s is ordered after the release from here on (stream order)
+    sl.waited_by = s;
+    if (std::find(waited, waited + waits, sl.event) != waited + waits) return;
+    if (!recorded_[sl.event]) {
+      events_[sl.event].record(sl.release_stream);
+      recorded_[sl.event] = 1;
+      ++recorded_at_reuse_;
+    }
+    events_[sl.event].wait_on(s);
+    waited[waits++] = sl.event;
+  }
+  /// Slot `i` is taken: it no longer follows its release (its event is free once no slot does).
+  void take(std::uint32_t i) noexcept {
+    auto& sl = slots_[i];
+    if (!sl.pending) return;
+    sl.pending = false;
+    events_.drop(sl.event);
+    sl.event = none;
+  }
+
+  /// Forgets every release (the host synchronized the streams, or around a graph capture).
+  void clear() noexcept {
+    for (auto& sl : slots_) {
+      sl.pending = false;
+      sl.event = none;
+    }
+    events_.reset();
+  }
+  [[nodiscard]] std::size_t pending() const noexcept {
+    std::size_t n = 0;
+    for (auto const& sl : slots_) n += sl.pending ? 1 : 0;
+    return n;
+  }
+  [[nodiscard]] std::size_t busy() const noexcept { return events_.busy(); }
+  /// Events recorded by a wait because the release deferred them.
+  [[nodiscard]] std::uint64_t recorded_at_reuse() const noexcept { return recorded_at_reuse_; }
+
+  /// Makes `home` wait for every pending release on another stream (the pool is about to free
+  /// its memory on `home`); if a wait fails, the host waits for the releases instead.
+  void drain(Stream const& home) noexcept {
+    // One wait per distinct event, found without allocating: a slot waits unless an earlier
+    // pending slot holds the same event. Quadratic in the slots, once, at destruction.
+    auto const waits = [&](std::size_t i) {
+      auto const& sl = slots_[i];
+      if (!sl.pending || sl.release_stream == home) return false;
+      for (std::size_t j = 0; j < i; ++j)
+        if (slots_[j].pending && !(slots_[j].release_stream == home) && slots_[j].event == sl.event) return false;
+      return true;
+    };
+    try {
+      for (std::size_t i = 0; i < slots_.size(); ++i)
+        if (waits(i)) {
+          auto const& sl = slots_[i];
+          if (!recorded_[sl.event]) {
+            events_[sl.event].record(sl.release_stream);
+            recorded_[sl.event] = 1;
+          }
+          events_[sl.event].wait_on(home);
+        }
+    } catch (...) {
+      for (auto const& sl : slots_)
+        if (sl.pending && recorded_[sl.event]) {
+          try {
+            events_[sl.event].synchronize();
+          } catch (...) {
+          }
+        }
+    }
+  }
+
+ private:
+  struct slot_release {
+    bool pending = false;        // released, and not taken since
+    std::uint32_t event = none;  // that release's event (shared by every slot it freed)
+    Stream release_stream{};
+    bool waited = false;  // `waited_by` already follows the release (interval plans: shared bytes)
+    Stream waited_by{};
+  };
+  std::vector<slot_release> slots_;
+  release_events<Event> events_;
+  std::vector<char> recorded_;  // per event: recorded (at release, or by a wait since)
+  std::uint64_t recorded_at_reuse_ = 0;
+};
+
+}  // namespace headroom::pool::detail
