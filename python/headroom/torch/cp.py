@@ -1,0 +1,604 @@
+"""Context-parallel split / gather of packed (THD, ``cu_seqlens``) batches as torch custom ops.
+
+Every op is a ``torch.library.custom_op`` in the ``headroom`` namespace with a fake
+implementation (``torch.compile`` traces through it with no graph break) and an autograd formula
+through its adjoint. On CUDA tensors the ops launch headroom's kernels (``headroom._cuda``: no
+index tensor in memory, on the current stream); on CPU they are torch index ops driven by the
+same C++ index plan, so ``torch.library.opcheck`` runs on CPU-only machines.
+
+A :class:`Partition` is built once per batch from ``cu_seqlens`` and reused by every op::
+
+    part = Partition(cu_seqlens_padded, cp_size, cp_rank)        # or Partition.from_raw(raw_cu, ...)
+    local = part.split(hidden)                                   # [T, ...] -> [T/cp, ...]
+    labels, mask = part.shifted_label_split(raw_ids, raw_mask)   # from raw, unpadded ids
+    full = gather(local_logprobs, part, group)                   # all-gather + reorder, differentiable
+
+Any dtype and row width (the trailing dimensions are opaque). Bad input raises
+``headroom.invalid_argument`` (a ValueError) naming the value and what was expected.
+"""
+from __future__ import annotations
+
+import enum
+from typing import Callable, NamedTuple, Optional, Sequence, Union
+
+import torch
+from torch.utils.weak import WeakIdKeyDictionary
+
+import headroom
+from headroom import invalid_argument
+
+try:
+    from headroom import _cuda
+except ImportError as _e:  # pragma: no cover - only where the package was built without nvcc
+    raise ImportError(
+        "headroom.torch.cp needs headroom._cuda (the package built with the CUDA toolkit present: "
+        "it carries the C++ index plans for CPU tensors too)"
+    ) from _e
+
+__all__ = [
+    "Partition",
+    "GatherOutput",
+    "CollectedOutput",
+    "gather",
+    "collect_output",
+    "split",
+    "split_adjoint",
+    "to_sequence_order",
+    "to_rank_order",
+    "pad_split",
+    "shifted_label_split",
+]
+
+_LAYOUTS = ("dual_chunk", "contiguous")
+_INDEX_DTYPES = (torch.int32, torch.int64)
+
+
+# ---- plans: one per batch, found again by the ops from the cu_seqlens tensor they are given ---------
+
+
+def _host_cu(cu_seqlens, what: str) -> torch.Tensor:
+    """cu_seqlens (tensor, list, tuple) as a 1-D int64 CPU tensor; the values are checked in C++."""
+    if isinstance(cu_seqlens, torch.Tensor):
+        if cu_seqlens.dtype not in _INDEX_DTYPES:
+            raise invalid_argument(f"{what}: cu_seqlens has dtype {cu_seqlens.dtype}, expected torch.int32 or torch.int64")
+        if cu_seqlens.dim() != 1:
+            raise invalid_argument(f"{what}: cu_seqlens has shape {tuple(cu_seqlens.shape)}, expected one dimension")
+        return cu_seqlens.detach().to(device="cpu", dtype=torch.int64).contiguous()
+    try:
+        return torch.tensor(list(cu_seqlens), dtype=torch.int64)
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise invalid_argument(f"{what}: cu_seqlens = {cu_seqlens!r}, expected a 1-D sequence of ints") from e
+
+
+def _check_layout(layout: str, what: str) -> None:
+    if layout not in _LAYOUTS:
+        raise invalid_argument(f"{what}: layout = {layout!r}, expected 'dual_chunk' or 'contiguous'")
+
+
+class _Entry:
+    """A C++ plan with what the ops derive from it, cached per device."""
+
+    __slots__ = ("plan", "version", "indices", "device_cu")
+
+    def __init__(self, plan, version: int):
+        self.plan = plan
+        self.version = version
+        self.indices = {}
+        self.device_cu = {}
+
+    def index(self, name: str, device: torch.device, shift: int = 0) -> torch.Tensor:
+        key = (name, shift, device)
+        t = self.indices.get(key)
+        if t is None:
+            if name == "local":
+                arr = self.plan.local_index()
+            elif name == "gather":
+                arr = self.plan.gather_index()
+            else:
+                arr = self.plan.pad_split_index(shift)
+            t = torch.from_numpy(arr).to(device)
+            self.indices[key] = t
+        return t
+
+    def bind_device(self, device: torch.device) -> None:
+        """Device copies of the boundaries the kernels read (kept alive here), set on the plan."""
+        if device in self.device_cu:
+            return
+        padded = torch.tensor(self.plan.padded_cu_seqlens, dtype=torch.int64).to(device)
+        self.plan.set_device_cu(padded.data_ptr(), padded.numel(), 8)
+        raw = None
+        if self.plan.has_padding:
+            raw = torch.tensor(self.plan.raw_cu_seqlens, dtype=torch.int64).to(device)
+            self.plan.set_device_raw_cu(raw.data_ptr(), raw.numel(), 8)
+        self.device_cu[device] = (padded, raw)
+        # A plan is bound to one device at a time: the last bound one.
+        for other in [d for d in self.device_cu if d != device]:
+            del self.device_cu[other]
+
+
+# cu_seqlens tensor (by identity) -> {plan key: _Entry}. A Partition registers its plan here, so the
+# ops find it without rebuilding; a tensor the ops have not seen (a copy made by opcheck or by a
+# compiled graph) builds its plan once from its values.
+_plans: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+
+def _entry(cu: torch.Tensor, key: tuple, build: Callable[[list], object], what: str) -> _Entry:
+    per_tensor = _plans.get(cu)
+    if per_tensor is None:
+        per_tensor = {}
+        _plans[cu] = per_tensor
+    e = per_tensor.get(key)
+    if e is None or e.version != cu._version:
+        host = _host_cu(cu, what)
+        e = _Entry(build(host.tolist()), cu._version)
+        per_tensor[key] = e
+    return e
+
+
+def _padded_entry(cu: torch.Tensor, cp_size: int, cp_rank: int, layout: str, what: str) -> _Entry:
+    _check_layout(layout, what)
+    return _entry(cu, ("padded", cp_size, cp_rank, layout),
+                  lambda host: _cuda.Plan(host, cp_size, cp_rank, layout), what)
+
+
+def _raw_entry(raw_cu: torch.Tensor, cp_size: int, cp_rank: int, layout: str, tp: int, extra: int,
+               total_multiple: int, what: str) -> _Entry:
+    _check_layout(layout, what)
+    return _entry(raw_cu, ("raw", cp_size, cp_rank, layout, tp, extra, total_multiple),
+                  lambda host: _cuda.Plan.from_raw(host, cp_size, cp_rank, layout, tp, extra, total_multiple), what)
+
+
+# ---- input checks (before anything runs) -------------------------------------------------------------
+
+
+def _check_rows(x: torch.Tensor, rows: int, what: str, name: str, expected: str) -> None:
+    if x.dim() < 1:
+        raise invalid_argument(f"{what}: {name} is a 0-d tensor, expected [rows, ...] with {rows} rows ({expected})")
+    if x.shape[0] != rows:
+        raise invalid_argument(f"{what}: {name} has {x.shape[0]} rows (shape {tuple(x.shape)}), expected {rows} ({expected})")
+    if not x.is_contiguous():
+        raise invalid_argument(f"{what}: {name} of shape {tuple(x.shape)} has strides {x.stride()}, expected a "
+                               "contiguous tensor (call .contiguous() first)")
+    if x.device.type not in ("cpu", "cuda"):
+        raise invalid_argument(f"{what}: {name} is on device {x.device}, expected a CPU or CUDA tensor")
+
+
+def _width(x: torch.Tensor) -> int:
+    w = 1
+    for d in x.shape[1:]:
+        w *= d
+    return w
+
+
+def _stream(device: torch.device) -> int:
+    return torch._C._cuda_getCurrentRawStream(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def _launch(entry: _Entry, method: str, x: torch.Tensor, out: torch.Tensor, *extra) -> None:
+    """One kernel launch on x's device and current stream."""
+    if x.numel() == 0 and out.numel() == 0:
+        return
+    entry.bind_device(x.device)
+    fn = getattr(entry.plan, method)
+    if x.device.index is not None and x.device.index != torch.cuda.current_device():
+        with torch.cuda.device(x.device):
+            fn(x.data_ptr(), x.shape[0], out.data_ptr(), out.shape[0], _width(x), x.element_size(), *extra,
+               _stream(x.device))
+    else:
+        fn(x.data_ptr(), x.shape[0], out.data_ptr(), out.shape[0], _width(x), x.element_size(), *extra,
+           _stream(x.device))
+
+
+# ---- the ops ---------------------------------------------------------------------------------------------
+
+_SPLIT = "headroom.torch.cp.split"
+_SPLIT_ADJ = "headroom.torch.cp.split_adjoint"
+_TO_SEQ = "headroom.torch.cp.to_sequence_order"
+_TO_RANK = "headroom.torch.cp.to_rank_order"
+_PAD_SPLIT = "headroom.torch.cp.pad_split"
+
+
+@torch.library.custom_op("headroom::cp_split", mutates_args=())
+def _split_op(x: torch.Tensor, cu_seqlens: torch.Tensor, cp_size: int, cp_rank: int, layout: str) -> torch.Tensor:
+    e = _padded_entry(cu_seqlens, cp_size, cp_rank, layout, _SPLIT)
+    _check_rows(x, e.plan.global_rows, _SPLIT, "input", "cu_seqlens[-1], the padded total")
+    if x.device.type == "cpu":
+        return x.index_select(0, e.index("local", x.device))
+    out = x.new_empty((e.plan.local_rows, *x.shape[1:]))
+    _launch(e, "split", x, out)
+    return out
+
+
+@torch.library.custom_op("headroom::cp_split_adjoint", mutates_args=())
+def _split_adjoint_op(y: torch.Tensor, cu_seqlens: torch.Tensor, cp_size: int, cp_rank: int,
+                      layout: str) -> torch.Tensor:
+    e = _padded_entry(cu_seqlens, cp_size, cp_rank, layout, _SPLIT_ADJ)
+    _check_rows(y, e.plan.local_rows, _SPLIT_ADJ, "input", "this rank's rows, cu_seqlens[-1] / cp_size")
+    if y.device.type == "cpu":
+        out = y.new_zeros((e.plan.global_rows, *y.shape[1:]))
+        return out.index_copy_(0, e.index("local", y.device), y)
+    out = y.new_empty((e.plan.global_rows, *y.shape[1:]))
+    _launch(e, "split_adjoint", y, out)
+    return out
+
+
+@torch.library.custom_op("headroom::cp_to_sequence_order", mutates_args=())
+def _to_sequence_order_op(x: torch.Tensor, cu_seqlens: torch.Tensor, cp_size: int, layout: str) -> torch.Tensor:
+    e = _padded_entry(cu_seqlens, cp_size, 0, layout, _TO_SEQ)
+    _check_rows(x, e.plan.global_rows, _TO_SEQ, "rank-major input", "cu_seqlens[-1], every rank's rows")
+    if x.device.type == "cpu":
+        return x.index_select(0, e.index("gather", x.device))
+    out = torch.empty_like(x)
+    _launch(e, "to_sequence_order", x, out)
+    return out
+
+
+@torch.library.custom_op("headroom::cp_to_rank_order", mutates_args=())
+def _to_rank_order_op(x: torch.Tensor, cu_seqlens: torch.Tensor, cp_size: int, layout: str) -> torch.Tensor:
+    e = _padded_entry(cu_seqlens, cp_size, 0, layout, _TO_RANK)
+    _check_rows(x, e.plan.global_rows, _TO_RANK, "sequence-order input", "cu_seqlens[-1]")
+    if x.device.type == "cpu":
+        return torch.empty_like(x).index_copy_(0, e.index("gather", x.device), x)
+    out = torch.empty_like(x)
+    _launch(e, "to_rank_order", x, out)
+    return out
+
+
+@torch.library.custom_op("headroom::cp_pad_split", mutates_args=())
+def _pad_split_op(raw: torch.Tensor, raw_cu_seqlens: torch.Tensor, cp_size: int, cp_rank: int, layout: str,
+                  tp: int, extra: int, total_multiple: int, pad_value: float, shift: int) -> torch.Tensor:
+    e = _raw_entry(raw_cu_seqlens, cp_size, cp_rank, layout, tp, extra, total_multiple, _PAD_SPLIT)
+    _check_rows(raw, e.plan.raw_rows, _PAD_SPLIT, "raw input", "raw_cu_seqlens[-1]")
+    if shift < 0:
+        raise invalid_argument(f"{_PAD_SPLIT}: shift = {shift}, expected >= 0")
+    pad = torch.tensor(pad_value, dtype=raw.dtype)
+    if raw.device.type == "cpu":
+        idx = e.index("pad_split", raw.device, shift)
+        if raw.shape[0] == 0:
+            return pad.expand((e.plan.local_rows, *raw.shape[1:])).clone()
+        out = raw.index_select(0, idx.clamp(min=0))
+        out[idx < 0] = pad
+        return out
+    out = raw.new_empty((e.plan.local_rows, *raw.shape[1:]))
+    _launch(e, "pad_split", raw, out, pad.numpy().tobytes(), shift)
+    return out
+
+
+# Fake (meta) implementations: shapes only, from the input shapes and cp_size.
+
+
+def _local_rows(rows, cp_size: int):
+    return rows // cp_size
+
+
+@_split_op.register_fake
+def _(x, cu_seqlens, cp_size, cp_rank, layout):
+    return x.new_empty((_local_rows(x.shape[0], cp_size), *x.shape[1:]))
+
+
+@_split_adjoint_op.register_fake
+def _(y, cu_seqlens, cp_size, cp_rank, layout):
+    return y.new_empty((y.shape[0] * cp_size, *y.shape[1:]))
+
+
+@_to_sequence_order_op.register_fake
+def _(x, cu_seqlens, cp_size, layout):
+    return torch.empty_like(x)
+
+
+@_to_rank_order_op.register_fake
+def _(x, cu_seqlens, cp_size, layout):
+    return torch.empty_like(x)
+
+
+@_pad_split_op.register_fake
+def _(raw, raw_cu_seqlens, cp_size, cp_rank, layout, tp, extra, total_multiple, pad_value, shift):
+    # The padded total depends on the boundaries' values: a data-dependent size.
+    ctx = torch.library.get_ctx()
+    rows = ctx.new_dynamic_size()
+    return raw.new_empty((rows, *raw.shape[1:]))
+
+
+# Autograd: each op's backward is its adjoint (split <-> split_adjoint, the two reorders are each
+# other's inverse and adjoint, pad_split's adjoint scatters back to the raw rows).
+
+
+def _setup_padded(ctx, inputs, output):
+    ctx.save_for_backward(inputs[1])
+    ctx.args = inputs[2:]
+
+
+def _split_backward(ctx, grad):
+    (cu,) = ctx.saved_tensors
+    return _split_adjoint_op(grad.contiguous(), cu, *ctx.args), None, None, None, None
+
+
+def _split_adjoint_backward(ctx, grad):
+    (cu,) = ctx.saved_tensors
+    return _split_op(grad.contiguous(), cu, *ctx.args), None, None, None, None
+
+
+def _to_sequence_order_backward(ctx, grad):
+    (cu,) = ctx.saved_tensors
+    return _to_rank_order_op(grad.contiguous(), cu, *ctx.args), None, None, None
+
+
+def _to_rank_order_backward(ctx, grad):
+    (cu,) = ctx.saved_tensors
+    return _to_sequence_order_op(grad.contiguous(), cu, *ctx.args), None, None, None
+
+
+_split_op.register_autograd(_split_backward, setup_context=_setup_padded)
+_split_adjoint_op.register_autograd(_split_adjoint_backward, setup_context=_setup_padded)
+_to_sequence_order_op.register_autograd(_to_sequence_order_backward, setup_context=_setup_padded)
+_to_rank_order_op.register_autograd(_to_rank_order_backward, setup_context=_setup_padded)
+
+
+@torch.library.custom_op("headroom::cp_pad_split_adjoint", mutates_args=())
+def _pad_split_adjoint_op(grad: torch.Tensor, raw_cu_seqlens: torch.Tensor, raw_rows: int, cp_size: int, cp_rank: int,
+                          layout: str, tp: int, extra: int, total_multiple: int, shift: int) -> torch.Tensor:
+    what = "headroom.torch.cp.pad_split_adjoint"
+    e = _raw_entry(raw_cu_seqlens, cp_size, cp_rank, layout, tp, extra, total_multiple, what)
+    _check_rows(grad, e.plan.local_rows, what, "gradient", "this rank's padded rows")
+    idx = e.index("pad_split", grad.device, shift)
+    keep = idx >= 0
+    out = grad.new_zeros((raw_rows, *grad.shape[1:]))
+    return out.index_copy_(0, idx[keep], grad[keep])
+
+
+@_pad_split_adjoint_op.register_fake
+def _(grad, raw_cu_seqlens, raw_rows, cp_size, cp_rank, layout, tp, extra, total_multiple, shift):
+    return grad.new_empty((raw_rows, *grad.shape[1:]))
+
+
+def _setup_pad_split(ctx, inputs, output):
+    raw, raw_cu = inputs[0], inputs[1]
+    ctx.save_for_backward(raw_cu)
+    ctx.raw_rows = raw.shape[0]
+    cp_size, cp_rank, layout, tp, extra, total_multiple, _, shift = inputs[2:]
+    ctx.args = (cp_size, cp_rank, layout, tp, extra, total_multiple, shift)
+
+
+def _pad_split_backward(ctx, grad):
+    (raw_cu,) = ctx.saved_tensors
+    dx = _pad_split_adjoint_op(grad.contiguous(), raw_cu, ctx.raw_rows, *ctx.args)
+    return (dx,) + (None,) * 9
+
+
+_pad_split_op.register_autograd(_pad_split_backward, setup_context=_setup_pad_split)
+
+
+# ---- the partition: built once per batch ----------------------------------------------------------------
+
+
+class Partition:
+    """One CP rank's share of a packed batch, built once from ``cu_seqlens`` and reused.
+
+    ``Partition(padded_cu_seqlens, cp_size, cp_rank)`` takes boundaries already padded so that the
+    layout can cut them (every sequence a multiple of ``2 * cp_size`` for ``dual_chunk``);
+    :meth:`from_raw` pads raw boundaries itself and adds :meth:`pad_split` and
+    :meth:`shifted_label_split`. ``cu_seqlens`` may be a tensor (int32 or int64, any device: read
+    once here) or a list.
+    """
+
+    def __init__(self, cu_seqlens, cp_size: int, cp_rank: int, *, layout: str = "dual_chunk"):
+        what = "headroom.torch.cp.Partition"
+        _check_layout(layout, what)
+        self._cu = _host_cu(cu_seqlens, what)
+        self._raw_cu = None
+        self._raw_args = None
+        plan = _cuda.Plan(self._cu.tolist(), int(cp_size), int(cp_rank), layout)
+        self._init(plan)
+
+    @classmethod
+    def from_raw(cls, raw_cu_seqlens, cp_size: int, cp_rank: int, *, layout: str = "dual_chunk", tp: int = 1,
+                 extra: int = 1, total_multiple: int = 1) -> "Partition":
+        """Pads every sequence to lcm(2 * cp_size * tp, extra) (``dual_chunk``; cp_size * tp for
+        ``contiguous``) and the total to ``total_multiple`` with one dummy sequence (AReaL)."""
+        what = "headroom.torch.cp.Partition.from_raw"
+        _check_layout(layout, what)
+        self = cls.__new__(cls)
+        self._raw_cu = _host_cu(raw_cu_seqlens, what)
+        self._raw_args = (int(cp_size), int(cp_rank), layout, int(tp), int(extra), int(total_multiple))
+        plan = _cuda.Plan.from_raw(self._raw_cu.tolist(), *self._raw_args)
+        self._cu = torch.tensor(plan.padded_cu_seqlens, dtype=torch.int64)
+        self._init(plan)
+        _plans.setdefault(self._raw_cu, {})[("raw",) + self._raw_args] = _Entry(plan, self._raw_cu._version)
+        return self
+
+    def _init(self, plan) -> None:
+        self._plan = plan
+        self._cp_size = plan.cp_size
+        self._cp_rank = plan.cp_rank
+        self._layout = plan.layout
+        padded = plan if not plan.has_padding else _cuda.Plan(plan.padded_cu_seqlens, self._cp_size, self._cp_rank,
+                                                              self._layout)
+        _plans.setdefault(self._cu, {})[("padded", self._cp_size, self._cp_rank, self._layout)] = _Entry(
+            padded, self._cu._version)
+
+    # -- what it is
+    cp_size = property(lambda self: self._cp_size)
+    cp_rank = property(lambda self: self._cp_rank)
+    layout = property(lambda self: self._layout)
+    global_rows = property(lambda self: self._plan.global_rows, doc="Padded rows of the whole batch (T).")
+    local_rows = property(lambda self: self._plan.local_rows, doc="This rank's rows (T / cp_size).")
+    sequences = property(lambda self: self._plan.sequences)
+
+    @property
+    def cu_seqlens(self) -> torch.Tensor:
+        """Global padded boundaries (int64, CPU): what attention kernels take as cu_seqlens_padded."""
+        return self._cu
+
+    @property
+    def local_cu_seqlens(self) -> torch.Tensor:
+        """This rank's boundaries in its local buffer (int64, CPU)."""
+        return torch.tensor(self._plan.local_cu_seqlens, dtype=torch.int64)
+
+    @property
+    def raw_rows(self) -> int:
+        return self._plan.raw_rows
+
+    def for_rank(self, rank: int) -> "Partition":
+        """The same batch seen from another rank."""
+        if self._raw_cu is not None:
+            a = self._raw_args
+            return Partition.from_raw(self._raw_cu, a[0], rank, layout=a[2], tp=a[3], extra=a[4], total_multiple=a[5])
+        return Partition(self._cu, self._cp_size, rank, layout=self._layout)
+
+    def local_index(self, device=None, dtype=torch.int64) -> torch.Tensor:
+        """This rank's global source row of every local row (TE's partitioned indices)."""
+        return torch.from_numpy(self._plan.local_index()).to(device=device, dtype=dtype)
+
+    def gather_index(self, device=None, dtype=torch.int64) -> torch.Tensor:
+        """out[g] = rank_major[gather_index[g]] (AReaL's reassemble indices)."""
+        return torch.from_numpy(self._plan.gather_index()).to(device=device, dtype=dtype)
+
+    def __repr__(self) -> str:
+        return f"headroom.torch.cp.Partition({self._plan!r})"
+
+    # -- ops
+    def split(self, x: torch.Tensor) -> torch.Tensor:
+        """Global padded [T, ...] -> this rank's [T/cp, ...]."""
+        return _split_op(x, self._cu, self._cp_size, self._cp_rank, self._layout)
+
+    def split_adjoint(self, y: torch.Tensor) -> torch.Tensor:
+        """This rank's [T/cp, ...] back to [T, ...], zeros in the rows other ranks hold."""
+        return _split_adjoint_op(y, self._cu, self._cp_size, self._cp_rank, self._layout)
+
+    def to_sequence_order(self, x: torch.Tensor) -> torch.Tensor:
+        """Rank-major [T, ...] (an all-gather of every rank's local rows) -> sequence order."""
+        return _to_sequence_order_op(x, self._cu, self._cp_size, self._layout)
+
+    def to_rank_order(self, x: torch.Tensor) -> torch.Tensor:
+        """Sequence order -> rank-major (TE's thd_sequence_order_to_cp_rank_order)."""
+        return _to_rank_order_op(x, self._cu, self._cp_size, self._layout)
+
+    def _raw(self, what: str):
+        if self._raw_cu is None:
+            raise headroom.logic_error(f"{what}: this partition was built from padded cu_seqlens; use Partition.from_raw")
+        return self._raw_cu, self._raw_args
+
+    def pad_split(self, raw: torch.Tensor, pad_value: float = 0, shift: int = 0) -> torch.Tensor:
+        """split(pad(raw)) in one pass from raw, unpadded [T_raw, ...]. shift = 1: the next token
+        of the same sequence (labels), pad_value past each sequence's last real token."""
+        raw_cu, a = self._raw("headroom.torch.cp.Partition.pad_split")
+        return _pad_split_op(raw, raw_cu, a[0], a[1], a[2], a[3], a[4], a[5], float(pad_value), int(shift))
+
+    def shifted_label_split(self, raw_ids: torch.Tensor, raw_loss_mask: Optional[torch.Tensor] = None,
+                            pad_value: float = 0):
+        """This rank's next-token labels and loss mask from raw ids (and an optional raw mask):
+        mask = raw_mask of the label token, 0 at every sequence's last real token and every pad,
+        so no cross-sequence or padded label counts. Returns (labels, mask); mask is bool when no
+        raw mask is given, else raw_loss_mask's dtype."""
+        if raw_loss_mask is None:
+            raw_loss_mask = torch.ones(raw_ids.shape[0], dtype=torch.bool, device=raw_ids.device)
+        elif raw_loss_mask.device != raw_ids.device:
+            raise invalid_argument(f"headroom.torch.cp.shifted_label_split: loss mask on {raw_loss_mask.device}, "
+                                   f"ids on {raw_ids.device}; expected one device")
+        return self.pad_split(raw_ids, pad_value, 1), self.pad_split(raw_loss_mask, 0, 1)
+
+
+def split(x: torch.Tensor, partition: Partition) -> torch.Tensor:
+    return partition.split(x)
+
+
+def split_adjoint(y: torch.Tensor, partition: Partition) -> torch.Tensor:
+    return partition.split_adjoint(y)
+
+
+def to_sequence_order(x: torch.Tensor, partition: Partition) -> torch.Tensor:
+    return partition.to_sequence_order(x)
+
+
+def to_rank_order(x: torch.Tensor, partition: Partition) -> torch.Tensor:
+    return partition.to_rank_order(x)
+
+
+def pad_split(raw: torch.Tensor, partition: Partition, pad_value: float = 0, shift: int = 0) -> torch.Tensor:
+    return partition.pad_split(raw, pad_value, shift)
+
+
+def shifted_label_split(raw_ids: torch.Tensor, partition: Partition, raw_loss_mask: Optional[torch.Tensor] = None,
+                        pad_value: float = 0):
+    return partition.shifted_label_split(raw_ids, raw_loss_mask, pad_value)
+
+
+# ---- gather over a torch.distributed group, and the last stage's output policy ------------------------
+
+
+def _check_group(partition: Partition, group, what: str) -> None:
+    import torch.distributed as dist
+
+    size = dist.get_world_size(group)
+    rank = dist.get_rank(group)
+    if size != partition.cp_size or rank != partition.cp_rank:
+        raise invalid_argument(f"{what}: the group has rank {rank} of {size}, the partition is rank "
+                               f"{partition.cp_rank} of cp_size {partition.cp_size}")
+
+
+def gather(local: torch.Tensor, partition: Partition, group=None, *, gradient: str = "reduce_scatter") -> torch.Tensor:
+    """Every rank's [T/cp, ...] -> [T, ...] in sequence order on every rank (all-gather, then the
+    reorder kernel). ``gradient="reduce_scatter"`` (the adjoint): rank r's gradient is the sum
+    over ranks of split_r(dy_k), so a loss computed identically on every rank gets a factor cp
+    (AReaL's reassemble_cp_packed_logprobs; count tokens over DP x CP to cancel it).
+    ``gradient="local"``: the peers' rows are detached and only this rank's gradient flows back
+    (AReaL's postprocess_packed_seqs_context_parallel), no collective in backward."""
+    what = "headroom.torch.cp.gather"
+    if gradient not in ("reduce_scatter", "local"):
+        raise invalid_argument(f"{what}: gradient = {gradient!r}, expected 'reduce_scatter' or 'local'")
+    if partition.cp_size == 1:
+        return partition.to_sequence_order(local)
+    import torch.distributed as dist
+
+    _check_group(partition, group, what)
+    _check_rows(local, partition.local_rows, what, "local input", "this rank's rows")
+    if gradient == "local":
+        parts = [torch.empty_like(local) for _ in range(partition.cp_size)]
+        dist.all_gather(parts, local.detach(), group=group)
+        parts[partition.cp_rank] = local
+        flat = torch.cat(parts, 0)
+    else:
+        from torch.distributed.nn import functional as dist_nn
+
+        flat = torch.cat(dist_nn.all_gather(local, group=group), 0)
+    return partition.to_sequence_order(flat)
+
+
+class GatherOutput(str, enum.Enum):
+    """What the last stage returns (docs/cp.md, 'gather_output')."""
+
+    FULL = "full"  #: every rank gets [T, ...] in sequence order
+    NONE = "none"  #: the local shard and its local cu_seqlens (compute the loss there)
+    PER_TOKEN = "per_token"  #: per-token vectors computed on the shard, only those gathered
+
+
+class CollectedOutput(NamedTuple):
+    rows: torch.Tensor  #: [T, ...] in sequence order, or the local [T/cp, ...] under NONE
+    cu_seqlens: torch.Tensor  #: the boundaries of `rows` (global padded, or this rank's local)
+
+
+def collect_output(output: torch.Tensor, partition: Partition, group=None,
+                   policy: Union[GatherOutput, str] = GatherOutput.PER_TOKEN,
+                   per_token: Optional[Callable[[torch.Tensor], torch.Tensor]] = None, *,
+                   gradient: str = "reduce_scatter") -> CollectedOutput:
+    """The last stage's single entry point under a gather_output policy.
+
+    ``per_token`` maps the local output [T/cp, ...] to per-token vectors [T/cp, k] (log-probs,
+    entropy) under PER_TOKEN; only those are gathered, never the logits."""
+    what = "headroom.torch.cp.collect_output"
+    try:
+        policy = GatherOutput(policy)
+    except ValueError:
+        raise invalid_argument(f"{what}: policy = {policy!r}, expected 'full', 'none' or 'per_token'") from None
+    if policy is GatherOutput.NONE:
+        _check_rows(output, partition.local_rows, what, "local output", "this rank's rows")
+        return CollectedOutput(output, partition.local_cu_seqlens)
+    if policy is GatherOutput.PER_TOKEN:
+        if per_token is None:
+            raise invalid_argument(f"{what}: policy 'per_token' needs per_token (local output -> [T/cp, k] vectors)")
+        vectors = per_token(output)
+        if vectors.dim() < 1 or vectors.shape[0] != partition.local_rows:
+            raise invalid_argument(f"{what}: per_token returned shape {tuple(vectors.shape)}, expected "
+                                   f"[{partition.local_rows}, ...] (one vector per local row)")
+        return CollectedOutput(gather(vectors.contiguous(), partition, group, gradient=gradient), partition.cu_seqlens)
+    return CollectedOutput(gather(output, partition, group, gradient=gradient), partition.cu_seqlens)
