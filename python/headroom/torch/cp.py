@@ -86,17 +86,22 @@ class _Entry:
         self.indices = {}
         self.device_cu = {}
 
-    def index(self, name: str, device: torch.device, shift: int = 0) -> torch.Tensor:
+    def index(self, name: str, device: torch.device, shift: int = 0):
+        """An index tensor of the plan on `device`: "local", "gather", "pad_split" (raw row or -1
+        per local row) or "pad_split_pairs" (local rows with a raw source, and those raw rows)."""
         key = (name, shift, device)
         t = self.indices.get(key)
         if t is None:
             if name == "local":
-                arr = self.plan.local_index()
+                t = torch.from_numpy(self.plan.local_index()).to(device)
             elif name == "gather":
-                arr = self.plan.gather_index()
+                t = torch.from_numpy(self.plan.gather_index()).to(device)
+            elif name == "pad_split":
+                t = torch.from_numpy(self.plan.pad_split_index(shift)).to(device)
             else:
-                arr = self.plan.pad_split_index(shift)
-            t = torch.from_numpy(arr).to(device)
+                idx = torch.from_numpy(self.plan.pad_split_index(shift))
+                rows = torch.nonzero(idx >= 0).flatten()
+                t = (rows.to(device), idx[rows].to(device))
             self.indices[key] = t
         return t
 
@@ -340,10 +345,11 @@ def _pad_split_adjoint_op(grad: torch.Tensor, raw_cu_seqlens: torch.Tensor, raw_
     what = "headroom.torch.cp.pad_split_adjoint"
     e = _raw_entry(raw_cu_seqlens, cp_size, cp_rank, layout, tp, extra, total_multiple, what)
     _check_rows(grad, e.plan.local_rows, what, "gradient", "this rank's padded rows")
-    idx = e.index("pad_split", grad.device, shift)
-    keep = idx >= 0
+    if raw_rows != e.plan.raw_rows:
+        raise invalid_argument(f"{what}: raw_rows = {raw_rows}, expected {e.plan.raw_rows} (raw_cu_seqlens[-1])")
+    local, raw = e.index("pad_split_pairs", grad.device, shift)
     out = grad.new_zeros((raw_rows, *grad.shape[1:]))
-    return out.index_copy_(0, idx[keep], grad[keep])
+    return out.index_copy_(0, raw, grad.index_select(0, local))
 
 
 @_pad_split_adjoint_op.register_fake
@@ -366,6 +372,21 @@ def _pad_split_backward(ctx, grad):
 
 
 _pad_split_op.register_autograd(_pad_split_backward, setup_context=_setup_pad_split)
+
+
+def _setup_pad_split_adjoint(ctx, inputs, output):
+    ctx.save_for_backward(inputs[1])
+    ctx.args = inputs[3:]
+
+
+def _pad_split_adjoint_backward(ctx, grad):
+    (raw_cu,) = ctx.saved_tensors
+    cp_size, cp_rank, layout, tp, extra, total_multiple, shift = ctx.args
+    dy = _pad_split_op(grad.contiguous(), raw_cu, cp_size, cp_rank, layout, tp, extra, total_multiple, 0.0, shift)
+    return (dy,) + (None,) * 9
+
+
+_pad_split_adjoint_op.register_autograd(_pad_split_adjoint_backward, setup_context=_setup_pad_split_adjoint)
 
 
 # ---- the partition: built once per batch ----------------------------------------------------------------
