@@ -19,10 +19,10 @@ Any dtype and row width (the trailing dimensions are opaque). Bad input raises
 from __future__ import annotations
 
 import enum
+import weakref
 from typing import Callable, NamedTuple, Optional, Sequence, Union
 
 import torch
-from torch.utils.weak import WeakIdKeyDictionary
 
 import headroom
 from headroom import invalid_argument
@@ -70,21 +70,27 @@ def _host_cu(cu_seqlens, what: str) -> torch.Tensor:
         raise invalid_argument(f"{what}: cu_seqlens = {cu_seqlens!r}, expected a 1-D sequence of ints") from e
 
 
-def _check_layout(layout: str, what: str) -> None:
+def _checked_layout(layout: str, what: str) -> str:
     if layout not in _LAYOUTS:
         raise invalid_argument(f"{what}: layout = {layout!r}, expected 'dual_chunk' or 'contiguous'")
+    return layout
 
 
 class _Entry:
-    """A C++ plan with what the ops derive from it, cached per device."""
+    """A C++ plan with what the ops derive from it: its sizes as ints, index tensors per device,
+    and the device boundaries its kernels read."""
 
-    __slots__ = ("plan", "version", "indices", "device_cu")
+    __slots__ = ("plan", "version", "global_rows", "local_rows", "raw_rows", "indices", "device", "device_cu")
 
     def __init__(self, plan, version: int):
         self.plan = plan
         self.version = version
+        self.global_rows = plan.global_rows
+        self.local_rows = plan.local_rows
+        self.raw_rows = plan.raw_rows if plan.has_padding else -1
         self.indices = {}
-        self.device_cu = {}
+        self.device = None
+        self.device_cu = None
 
     def index(self, name: str, device: torch.device, shift: int = 0):
         """An index tensor of the plan on `device`: "local", "gather", "pad_split" (raw row or -1
@@ -105,52 +111,53 @@ class _Entry:
             self.indices[key] = t
         return t
 
-    def bind_device(self, device: torch.device) -> None:
-        """Device copies of the boundaries the kernels read (kept alive here), set on the plan."""
-        if device in self.device_cu:
-            return
-        padded = torch.tensor(self.plan.padded_cu_seqlens, dtype=torch.int64).to(device)
-        self.plan.set_device_cu(padded.data_ptr(), padded.numel(), 8)
-        raw = None
-        if self.plan.has_padding:
-            raw = torch.tensor(self.plan.raw_cu_seqlens, dtype=torch.int64).to(device)
-            self.plan.set_device_raw_cu(raw.data_ptr(), raw.numel(), 8)
-        self.device_cu[device] = (padded, raw)
-        # A plan is bound to one device at a time: the last bound one.
-        for other in [d for d in self.device_cu if d != device]:
-            del self.device_cu[other]
+    def bind(self, device: torch.device):
+        """The plan, with device copies of its boundaries on `device` (kept alive here) set on it."""
+        if device != self.device:
+            padded = torch.tensor(self.plan.padded_cu_seqlens, dtype=torch.int64).to(device)
+            raw = None
+            if self.plan.has_padding:
+                raw = torch.tensor(self.plan.raw_cu_seqlens, dtype=torch.int64).to(device)
+                self.plan.set_device_raw_cu(raw.data_ptr(), raw.numel(), 8)
+            self.plan.set_device_cu(padded.data_ptr(), padded.numel(), 8)
+            self.device, self.device_cu = device, (padded, raw)
+        return self.plan
 
 
-# cu_seqlens tensor (by identity) -> {plan key: _Entry}. A Partition registers its plan here, so the
-# ops find it without rebuilding; a tensor the ops have not seen (a copy made by opcheck or by a
-# compiled graph) builds its plan once from its values.
-_plans: WeakIdKeyDictionary = WeakIdKeyDictionary()
+# (id(cu_seqlens), plan key) -> (weak reference to the tensor, _Entry). A Partition registers its
+# plans here, so the ops find them by the tensor they are given without rebuilding; a tensor the
+# ops have not seen (a copy made by opcheck or by a compiled graph), or one changed in place since,
+# gets its plan built once from its values. Entries leave with their tensor.
+_plans: dict = {}
 
 
-def _entry(cu: torch.Tensor, key: tuple, build: Callable[[list], object], what: str) -> _Entry:
-    per_tensor = _plans.get(cu)
-    if per_tensor is None:
-        per_tensor = {}
-        _plans[cu] = per_tensor
-    e = per_tensor.get(key)
-    if e is None or e.version != cu._version:
-        host = _host_cu(cu, what)
-        e = _Entry(build(host.tolist()), cu._version)
-        per_tensor[key] = e
-    return e
+def _forget(key):
+    return lambda _ref: _plans.pop(key, None)
+
+
+def _register(cu: torch.Tensor, key: tuple, entry: _Entry) -> _Entry:
+    k = (id(cu),) + key
+    _plans[k] = (weakref.ref(cu, _forget(k)), entry)
+    return entry
+
+
+def _lookup(cu: torch.Tensor, key: tuple, build: Callable[[list], object], what: str) -> _Entry:
+    hit = _plans.get((id(cu),) + key)
+    if hit is not None and hit[0]() is cu and hit[1].version == cu._version:
+        return hit[1]
+    return _register(cu, key, _Entry(build(_host_cu(cu, what).tolist()), cu._version))
 
 
 def _padded_entry(cu: torch.Tensor, cp_size: int, cp_rank: int, layout: str, what: str) -> _Entry:
-    _check_layout(layout, what)
-    return _entry(cu, ("padded", cp_size, cp_rank, layout),
-                  lambda host: _cuda.Plan(host, cp_size, cp_rank, layout), what)
+    return _lookup(cu, ("padded", cp_size, cp_rank, layout),
+                   lambda host: _cuda.Plan(host, cp_size, cp_rank, _checked_layout(layout, what)), what)
 
 
 def _raw_entry(raw_cu: torch.Tensor, cp_size: int, cp_rank: int, layout: str, tp: int, extra: int,
                total_multiple: int, what: str) -> _Entry:
-    _check_layout(layout, what)
-    return _entry(raw_cu, ("raw", cp_size, cp_rank, layout, tp, extra, total_multiple),
-                  lambda host: _cuda.Plan.from_raw(host, cp_size, cp_rank, layout, tp, extra, total_multiple), what)
+    return _lookup(raw_cu, ("raw", cp_size, cp_rank, layout, tp, extra, total_multiple),
+                   lambda host: _cuda.Plan.from_raw(host, cp_size, cp_rank, _checked_layout(layout, what), tp, extra,
+                                                    total_multiple), what)
 
 
 # ---- input checks (before anything runs) -------------------------------------------------------------
@@ -164,121 +171,141 @@ def _check_rows(x: torch.Tensor, rows: int, what: str, name: str, expected: str)
     if not x.is_contiguous():
         raise invalid_argument(f"{what}: {name} of shape {tuple(x.shape)} has strides {x.stride()}, expected a "
                                "contiguous tensor (call .contiguous() first)")
-    if x.device.type not in ("cpu", "cuda"):
+    if not (x.is_cuda or x.is_cpu):
         raise invalid_argument(f"{what}: {name} is on device {x.device}, expected a CPU or CUDA tensor")
 
 
 def _width(x: torch.Tensor) -> int:
-    w = 1
-    for d in x.shape[1:]:
-        w *= d
-    return w
+    return x.numel() // x.shape[0] if x.shape[0] else 1
 
 
-def _stream(device: torch.device) -> int:
-    return torch._C._cuda_getCurrentRawStream(device.index if device.index is not None else torch.cuda.current_device())
+_current_device = torch._C._cuda_getDevice if hasattr(torch._C, "_cuda_getDevice") else None
+_raw_stream = torch._C._cuda_getCurrentRawStream if hasattr(torch._C, "_cuda_getCurrentRawStream") else None
 
 
-def _launch(entry: _Entry, method: str, x: torch.Tensor, out: torch.Tensor, *extra) -> None:
-    """One kernel launch on x's device and current stream."""
+def _launch(entry: _Entry, method: str, x: torch.Tensor, out: torch.Tensor, *extra) -> torch.Tensor:
+    """One kernel launch on x's device and that device's current stream."""
     if x.numel() == 0 and out.numel() == 0:
-        return
-    entry.bind_device(x.device)
-    fn = getattr(entry.plan, method)
-    if x.device.index is not None and x.device.index != torch.cuda.current_device():
-        with torch.cuda.device(x.device):
-            fn(x.data_ptr(), x.shape[0], out.data_ptr(), out.shape[0], _width(x), x.element_size(), *extra,
-               _stream(x.device))
+        return out
+    plan = entry.bind(x.device)
+    device = x.get_device()
+    args = (x.data_ptr(), x.shape[0], out.data_ptr(), out.shape[0], _width(x), x.element_size(), *extra)
+    if device == _current_device():
+        getattr(plan, method)(*args, _raw_stream(device))
     else:
-        fn(x.data_ptr(), x.shape[0], out.data_ptr(), out.shape[0], _width(x), x.element_size(), *extra,
-           _stream(x.device))
+        with torch.cuda.device(device):
+            getattr(plan, method)(*args, _raw_stream(device))
+    return out
 
 
-# ---- the ops ---------------------------------------------------------------------------------------------
+# ---- implementations (what the ops run; the eager path calls them directly) ---------------------------
 
 _SPLIT = "headroom.torch.cp.split"
 _SPLIT_ADJ = "headroom.torch.cp.split_adjoint"
 _TO_SEQ = "headroom.torch.cp.to_sequence_order"
 _TO_RANK = "headroom.torch.cp.to_rank_order"
 _PAD_SPLIT = "headroom.torch.cp.pad_split"
+_PAD_SPLIT_ADJ = "headroom.torch.cp.pad_split_adjoint"
+
+
+def _split_impl(x, cu_seqlens, cp_size, cp_rank, layout):
+    e = _padded_entry(cu_seqlens, cp_size, cp_rank, layout, _SPLIT)
+    _check_rows(x, e.global_rows, _SPLIT, "input", "cu_seqlens[-1], the padded total")
+    if x.is_cpu:
+        return x.index_select(0, e.index("local", x.device))
+    return _launch(e, "split", x, x.new_empty((e.local_rows, *x.shape[1:])))
+
+
+def _split_adjoint_impl(y, cu_seqlens, cp_size, cp_rank, layout):
+    e = _padded_entry(cu_seqlens, cp_size, cp_rank, layout, _SPLIT_ADJ)
+    _check_rows(y, e.local_rows, _SPLIT_ADJ, "input", "this rank's rows, cu_seqlens[-1] / cp_size")
+    if y.is_cpu:
+        return y.new_zeros((e.global_rows, *y.shape[1:])).index_copy_(0, e.index("local", y.device), y)
+    return _launch(e, "split_adjoint", y, y.new_empty((e.global_rows, *y.shape[1:])))
+
+
+def _to_sequence_order_impl(x, cu_seqlens, cp_size, layout):
+    e = _padded_entry(cu_seqlens, cp_size, 0, layout, _TO_SEQ)
+    _check_rows(x, e.global_rows, _TO_SEQ, "rank-major input", "cu_seqlens[-1], every rank's rows")
+    if x.is_cpu:
+        return x.index_select(0, e.index("gather", x.device))
+    return _launch(e, "to_sequence_order", x, torch.empty_like(x))
+
+
+def _to_rank_order_impl(x, cu_seqlens, cp_size, layout):
+    e = _padded_entry(cu_seqlens, cp_size, 0, layout, _TO_RANK)
+    _check_rows(x, e.global_rows, _TO_RANK, "sequence-order input", "cu_seqlens[-1]")
+    if x.is_cpu:
+        return torch.empty_like(x).index_copy_(0, e.index("gather", x.device), x)
+    return _launch(e, "to_rank_order", x, torch.empty_like(x))
+
+
+def _pad_split_impl(raw, raw_cu_seqlens, cp_size, cp_rank, layout, tp, extra, total_multiple, pad_value, shift):
+    e = _raw_entry(raw_cu_seqlens, cp_size, cp_rank, layout, tp, extra, total_multiple, _PAD_SPLIT)
+    _check_rows(raw, e.raw_rows, _PAD_SPLIT, "raw input", "raw_cu_seqlens[-1]")
+    if shift < 0:
+        raise invalid_argument(f"{_PAD_SPLIT}: shift = {shift}, expected >= 0")
+    pad = torch.tensor(pad_value, dtype=raw.dtype)
+    if raw.is_cpu:
+        idx = e.index("pad_split", raw.device, shift)
+        if raw.shape[0] == 0:
+            return pad.expand((e.local_rows, *raw.shape[1:])).clone()
+        out = raw.index_select(0, idx.clamp(min=0))
+        out[idx < 0] = pad
+        return out
+    return _launch(e, "pad_split", raw, raw.new_empty((e.local_rows, *raw.shape[1:])), pad.numpy().tobytes(), shift)
+
+
+def _pad_split_adjoint_impl(grad, raw_cu_seqlens, raw_rows, cp_size, cp_rank, layout, tp, extra, total_multiple,
+                            shift):
+    e = _raw_entry(raw_cu_seqlens, cp_size, cp_rank, layout, tp, extra, total_multiple, _PAD_SPLIT_ADJ)
+    _check_rows(grad, e.local_rows, _PAD_SPLIT_ADJ, "gradient", "this rank's padded rows")
+    if raw_rows != e.raw_rows:
+        raise invalid_argument(f"{_PAD_SPLIT_ADJ}: raw_rows = {raw_rows}, expected {e.raw_rows} (raw_cu_seqlens[-1])")
+    local, raw = e.index("pad_split_pairs", grad.device, shift)
+    return grad.new_zeros((raw_rows, *grad.shape[1:])).index_copy_(0, raw, grad.index_select(0, local))
+
+
+# ---- the custom ops: schema, implementation, fake (shapes only), autograd through the adjoints --------
 
 
 @torch.library.custom_op("headroom::cp_split", mutates_args=())
 def _split_op(x: torch.Tensor, cu_seqlens: torch.Tensor, cp_size: int, cp_rank: int, layout: str) -> torch.Tensor:
-    e = _padded_entry(cu_seqlens, cp_size, cp_rank, layout, _SPLIT)
-    _check_rows(x, e.plan.global_rows, _SPLIT, "input", "cu_seqlens[-1], the padded total")
-    if x.device.type == "cpu":
-        return x.index_select(0, e.index("local", x.device))
-    out = x.new_empty((e.plan.local_rows, *x.shape[1:]))
-    _launch(e, "split", x, out)
-    return out
+    return _split_impl(x, cu_seqlens, cp_size, cp_rank, layout)
 
 
 @torch.library.custom_op("headroom::cp_split_adjoint", mutates_args=())
 def _split_adjoint_op(y: torch.Tensor, cu_seqlens: torch.Tensor, cp_size: int, cp_rank: int,
                       layout: str) -> torch.Tensor:
-    e = _padded_entry(cu_seqlens, cp_size, cp_rank, layout, _SPLIT_ADJ)
-    _check_rows(y, e.plan.local_rows, _SPLIT_ADJ, "input", "this rank's rows, cu_seqlens[-1] / cp_size")
-    if y.device.type == "cpu":
-        out = y.new_zeros((e.plan.global_rows, *y.shape[1:]))
-        return out.index_copy_(0, e.index("local", y.device), y)
-    out = y.new_empty((e.plan.global_rows, *y.shape[1:]))
-    _launch(e, "split_adjoint", y, out)
-    return out
+    return _split_adjoint_impl(y, cu_seqlens, cp_size, cp_rank, layout)
 
 
 @torch.library.custom_op("headroom::cp_to_sequence_order", mutates_args=())
 def _to_sequence_order_op(x: torch.Tensor, cu_seqlens: torch.Tensor, cp_size: int, layout: str) -> torch.Tensor:
-    e = _padded_entry(cu_seqlens, cp_size, 0, layout, _TO_SEQ)
-    _check_rows(x, e.plan.global_rows, _TO_SEQ, "rank-major input", "cu_seqlens[-1], every rank's rows")
-    if x.device.type == "cpu":
-        return x.index_select(0, e.index("gather", x.device))
-    out = torch.empty_like(x)
-    _launch(e, "to_sequence_order", x, out)
-    return out
+    return _to_sequence_order_impl(x, cu_seqlens, cp_size, layout)
 
 
 @torch.library.custom_op("headroom::cp_to_rank_order", mutates_args=())
 def _to_rank_order_op(x: torch.Tensor, cu_seqlens: torch.Tensor, cp_size: int, layout: str) -> torch.Tensor:
-    e = _padded_entry(cu_seqlens, cp_size, 0, layout, _TO_RANK)
-    _check_rows(x, e.plan.global_rows, _TO_RANK, "sequence-order input", "cu_seqlens[-1]")
-    if x.device.type == "cpu":
-        return torch.empty_like(x).index_copy_(0, e.index("gather", x.device), x)
-    out = torch.empty_like(x)
-    _launch(e, "to_rank_order", x, out)
-    return out
+    return _to_rank_order_impl(x, cu_seqlens, cp_size, layout)
 
 
 @torch.library.custom_op("headroom::cp_pad_split", mutates_args=())
 def _pad_split_op(raw: torch.Tensor, raw_cu_seqlens: torch.Tensor, cp_size: int, cp_rank: int, layout: str,
                   tp: int, extra: int, total_multiple: int, pad_value: float, shift: int) -> torch.Tensor:
-    e = _raw_entry(raw_cu_seqlens, cp_size, cp_rank, layout, tp, extra, total_multiple, _PAD_SPLIT)
-    _check_rows(raw, e.plan.raw_rows, _PAD_SPLIT, "raw input", "raw_cu_seqlens[-1]")
-    if shift < 0:
-        raise invalid_argument(f"{_PAD_SPLIT}: shift = {shift}, expected >= 0")
-    pad = torch.tensor(pad_value, dtype=raw.dtype)
-    if raw.device.type == "cpu":
-        idx = e.index("pad_split", raw.device, shift)
-        if raw.shape[0] == 0:
-            return pad.expand((e.plan.local_rows, *raw.shape[1:])).clone()
-        out = raw.index_select(0, idx.clamp(min=0))
-        out[idx < 0] = pad
-        return out
-    out = raw.new_empty((e.plan.local_rows, *raw.shape[1:]))
-    _launch(e, "pad_split", raw, out, pad.numpy().tobytes(), shift)
-    return out
+    return _pad_split_impl(raw, raw_cu_seqlens, cp_size, cp_rank, layout, tp, extra, total_multiple, pad_value, shift)
 
 
-# Fake (meta) implementations: shapes only, from the input shapes and cp_size.
-
-
-def _local_rows(rows, cp_size: int):
-    return rows // cp_size
+@torch.library.custom_op("headroom::cp_pad_split_adjoint", mutates_args=())
+def _pad_split_adjoint_op(grad: torch.Tensor, raw_cu_seqlens: torch.Tensor, raw_rows: int, cp_size: int, cp_rank: int,
+                          layout: str, tp: int, extra: int, total_multiple: int, shift: int) -> torch.Tensor:
+    return _pad_split_adjoint_impl(grad, raw_cu_seqlens, raw_rows, cp_size, cp_rank, layout, tp, extra,
+                                   total_multiple, shift)
 
 
 @_split_op.register_fake
 def _(x, cu_seqlens, cp_size, cp_rank, layout):
-    return x.new_empty((_local_rows(x.shape[0], cp_size), *x.shape[1:]))
+    return x.new_empty((x.shape[0] // cp_size, *x.shape[1:]))
 
 
 @_split_adjoint_op.register_fake
@@ -299,57 +326,8 @@ def _(x, cu_seqlens, cp_size, layout):
 @_pad_split_op.register_fake
 def _(raw, raw_cu_seqlens, cp_size, cp_rank, layout, tp, extra, total_multiple, pad_value, shift):
     # The padded total depends on the boundaries' values: a data-dependent size.
-    ctx = torch.library.get_ctx()
-    rows = ctx.new_dynamic_size()
+    rows = torch.library.get_ctx().new_dynamic_size()
     return raw.new_empty((rows, *raw.shape[1:]))
-
-
-# Autograd: each op's backward is its adjoint (split <-> split_adjoint, the two reorders are each
-# other's inverse and adjoint, pad_split's adjoint scatters back to the raw rows).
-
-
-def _setup_padded(ctx, inputs, output):
-    ctx.save_for_backward(inputs[1])
-    ctx.args = inputs[2:]
-
-
-def _split_backward(ctx, grad):
-    (cu,) = ctx.saved_tensors
-    return _split_adjoint_op(grad.contiguous(), cu, *ctx.args), None, None, None, None
-
-
-def _split_adjoint_backward(ctx, grad):
-    (cu,) = ctx.saved_tensors
-    return _split_op(grad.contiguous(), cu, *ctx.args), None, None, None, None
-
-
-def _to_sequence_order_backward(ctx, grad):
-    (cu,) = ctx.saved_tensors
-    return _to_rank_order_op(grad.contiguous(), cu, *ctx.args), None, None, None
-
-
-def _to_rank_order_backward(ctx, grad):
-    (cu,) = ctx.saved_tensors
-    return _to_sequence_order_op(grad.contiguous(), cu, *ctx.args), None, None, None
-
-
-_split_op.register_autograd(_split_backward, setup_context=_setup_padded)
-_split_adjoint_op.register_autograd(_split_adjoint_backward, setup_context=_setup_padded)
-_to_sequence_order_op.register_autograd(_to_sequence_order_backward, setup_context=_setup_padded)
-_to_rank_order_op.register_autograd(_to_rank_order_backward, setup_context=_setup_padded)
-
-
-@torch.library.custom_op("headroom::cp_pad_split_adjoint", mutates_args=())
-def _pad_split_adjoint_op(grad: torch.Tensor, raw_cu_seqlens: torch.Tensor, raw_rows: int, cp_size: int, cp_rank: int,
-                          layout: str, tp: int, extra: int, total_multiple: int, shift: int) -> torch.Tensor:
-    what = "headroom.torch.cp.pad_split_adjoint"
-    e = _raw_entry(raw_cu_seqlens, cp_size, cp_rank, layout, tp, extra, total_multiple, what)
-    _check_rows(grad, e.plan.local_rows, what, "gradient", "this rank's padded rows")
-    if raw_rows != e.plan.raw_rows:
-        raise invalid_argument(f"{what}: raw_rows = {raw_rows}, expected {e.plan.raw_rows} (raw_cu_seqlens[-1])")
-    local, raw = e.index("pad_split_pairs", grad.device, shift)
-    out = grad.new_zeros((raw_rows, *grad.shape[1:]))
-    return out.index_copy_(0, raw, grad.index_select(0, local))
 
 
 @_pad_split_adjoint_op.register_fake
@@ -357,36 +335,94 @@ def _(grad, raw_cu_seqlens, raw_rows, cp_size, cp_rank, layout, tp, extra, total
     return grad.new_empty((raw_rows, *grad.shape[1:]))
 
 
-def _setup_pad_split(ctx, inputs, output):
-    raw, raw_cu = inputs[0], inputs[1]
-    ctx.save_for_backward(raw_cu)
-    ctx.raw_rows = raw.shape[0]
-    cp_size, cp_rank, layout, tp, extra, total_multiple, _, shift = inputs[2:]
-    ctx.args = (cp_size, cp_rank, layout, tp, extra, total_multiple, shift)
+# Backward formulas, shared by the ops' autograd and the eager path. `args` are the op's
+# arguments after the tensor; each returns the input's gradient.
 
 
-def _pad_split_backward(ctx, grad):
-    (raw_cu,) = ctx.saved_tensors
-    dx = _pad_split_adjoint_op(grad.contiguous(), raw_cu, ctx.raw_rows, *ctx.args)
-    return (dx,) + (None,) * 9
+def _split_grad(g, args):
+    return _split_adjoint_op(g.contiguous(), *args)
 
 
-_pad_split_op.register_autograd(_pad_split_backward, setup_context=_setup_pad_split)
+def _split_adjoint_grad(g, args):
+    return _split_op(g.contiguous(), *args)
 
 
-def _setup_pad_split_adjoint(ctx, inputs, output):
-    ctx.save_for_backward(inputs[1])
-    ctx.args = inputs[3:]
+def _to_sequence_order_grad(g, args):
+    return _to_rank_order_op(g.contiguous(), *args)
 
 
-def _pad_split_adjoint_backward(ctx, grad):
-    (raw_cu,) = ctx.saved_tensors
-    cp_size, cp_rank, layout, tp, extra, total_multiple, shift = ctx.args
-    dy = _pad_split_op(grad.contiguous(), raw_cu, cp_size, cp_rank, layout, tp, extra, total_multiple, 0.0, shift)
-    return (dy,) + (None,) * 9
+def _to_rank_order_grad(g, args):
+    return _to_sequence_order_op(g.contiguous(), *args)
 
 
-_pad_split_adjoint_op.register_autograd(_pad_split_adjoint_backward, setup_context=_setup_pad_split_adjoint)
+def _pad_split_grad(g, args, raw_rows):
+    raw_cu, cp_size, cp_rank, layout, tp, extra, total_multiple, _pad, shift = args
+    return _pad_split_adjoint_op(g.contiguous(), raw_cu, raw_rows, cp_size, cp_rank, layout, tp, extra,
+                                 total_multiple, shift)
+
+
+def _pad_split_adjoint_grad(g, args):
+    raw_cu, _raw_rows, cp_size, cp_rank, layout, tp, extra, total_multiple, shift = args
+    return _pad_split_op(g.contiguous(), raw_cu, cp_size, cp_rank, layout, tp, extra, total_multiple, 0.0, shift)
+
+
+def _register_autograd(op, grad_fn, nargs):
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[1])
+        ctx.rest = inputs[2:]
+        ctx.raw_rows = inputs[0].shape[0]
+
+    def backward(ctx, g):
+        (cu,) = ctx.saved_tensors
+        args = (cu, *ctx.rest)
+        dx = grad_fn(g, args, ctx.raw_rows) if grad_fn is _pad_split_grad else grad_fn(g, args)
+        return (dx,) + (None,) * (nargs - 1)
+
+    op.register_autograd(backward, setup_context=setup_context)
+
+
+_register_autograd(_split_op, _split_grad, 5)
+_register_autograd(_split_adjoint_op, _split_adjoint_grad, 5)
+_register_autograd(_to_sequence_order_op, _to_sequence_order_grad, 4)
+_register_autograd(_to_rank_order_op, _to_rank_order_grad, 4)
+_register_autograd(_pad_split_op, _pad_split_grad, 10)
+_register_autograd(_pad_split_adjoint_op, _pad_split_adjoint_grad, 10)
+
+
+# ---- eager path: the dispatcher adds ~10 us a call in Python; with nothing that needs it (no
+# torch.compile, no dispatch or function mode, no functorch transform, a plain tensor) the
+# Partition methods call the implementation directly, through the same backward formulas. ------------
+
+
+class _Eager(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, impl, grad, args):
+        ctx.grad, ctx.args, ctx.raw_rows = grad, args, x.shape[0]
+        return impl(x, *args)
+
+    @staticmethod
+    def backward(ctx, g):
+        if ctx.grad is _pad_split_grad:
+            return ctx.grad(g, ctx.args, ctx.raw_rows), None, None, None
+        return ctx.grad(g, ctx.args), None, None, None
+
+
+_functorch_active = getattr(torch._C._functorch, "_are_functorch_transforms_active", None) \
+    if hasattr(torch._C, "_functorch") else None
+
+
+def _eager_ok(x) -> bool:
+    return (type(x) is torch.Tensor and (x.is_cuda or x.is_cpu) and not torch.compiler.is_compiling()
+            and torch._C._len_torch_dispatch_stack() == 0 and not torch._C._is_torch_function_mode_enabled()
+            and (_functorch_active is None or not _functorch_active()))
+
+
+def _call(op, impl, grad, x, *args):
+    if not _eager_ok(x):
+        return op(x, *args)
+    if x.requires_grad and torch.is_grad_enabled():
+        return _Eager.apply(x, impl, grad, args)
+    return impl(x, *args)
 
 
 # ---- the partition: built once per batch ----------------------------------------------------------------
@@ -404,12 +440,10 @@ class Partition:
 
     def __init__(self, cu_seqlens, cp_size: int, cp_rank: int, *, layout: str = "dual_chunk"):
         what = "headroom.torch.cp.Partition"
-        _check_layout(layout, what)
         self._cu = _host_cu(cu_seqlens, what)
         self._raw_cu = None
         self._raw_args = None
-        plan = _cuda.Plan(self._cu.tolist(), int(cp_size), int(cp_rank), layout)
-        self._init(plan)
+        self._init(_cuda.Plan(self._cu.tolist(), int(cp_size), int(cp_rank), _checked_layout(layout, what)))
 
     @classmethod
     def from_raw(cls, raw_cu_seqlens, cp_size: int, cp_rank: int, *, layout: str = "dual_chunk", tp: int = 1,
@@ -417,14 +451,14 @@ class Partition:
         """Pads every sequence to lcm(2 * cp_size * tp, extra) (``dual_chunk``; cp_size * tp for
         ``contiguous``) and the total to ``total_multiple`` with one dummy sequence (AReaL)."""
         what = "headroom.torch.cp.Partition.from_raw"
-        _check_layout(layout, what)
         self = cls.__new__(cls)
         self._raw_cu = _host_cu(raw_cu_seqlens, what)
-        self._raw_args = (int(cp_size), int(cp_rank), layout, int(tp), int(extra), int(total_multiple))
+        self._raw_args = (int(cp_size), int(cp_rank), _checked_layout(layout, what), int(tp), int(extra),
+                          int(total_multiple))
         plan = _cuda.Plan.from_raw(self._raw_cu.tolist(), *self._raw_args)
         self._cu = torch.tensor(plan.padded_cu_seqlens, dtype=torch.int64)
         self._init(plan)
-        _plans.setdefault(self._raw_cu, {})[("raw",) + self._raw_args] = _Entry(plan, self._raw_cu._version)
+        _register(self._raw_cu, ("raw",) + self._raw_args, _Entry(plan, self._raw_cu._version))
         return self
 
     def _init(self, plan) -> None:
@@ -434,8 +468,7 @@ class Partition:
         self._layout = plan.layout
         padded = plan if not plan.has_padding else _cuda.Plan(plan.padded_cu_seqlens, self._cp_size, self._cp_rank,
                                                               self._layout)
-        _plans.setdefault(self._cu, {})[("padded", self._cp_size, self._cp_rank, self._layout)] = _Entry(
-            padded, self._cu._version)
+        _register(self._cu, ("padded", self._cp_size, self._cp_rank, self._layout), _Entry(padded, self._cu._version))
 
     # -- what it is
     cp_size = property(lambda self: self._cp_size)
@@ -480,19 +513,22 @@ class Partition:
     # -- ops
     def split(self, x: torch.Tensor) -> torch.Tensor:
         """Global padded [T, ...] -> this rank's [T/cp, ...]."""
-        return _split_op(x, self._cu, self._cp_size, self._cp_rank, self._layout)
+        return _call(_split_op, _split_impl, _split_grad, x, self._cu, self._cp_size, self._cp_rank, self._layout)
 
     def split_adjoint(self, y: torch.Tensor) -> torch.Tensor:
         """This rank's [T/cp, ...] back to [T, ...], zeros in the rows other ranks hold."""
-        return _split_adjoint_op(y, self._cu, self._cp_size, self._cp_rank, self._layout)
+        return _call(_split_adjoint_op, _split_adjoint_impl, _split_adjoint_grad, y, self._cu, self._cp_size,
+                     self._cp_rank, self._layout)
 
     def to_sequence_order(self, x: torch.Tensor) -> torch.Tensor:
         """Rank-major [T, ...] (an all-gather of every rank's local rows) -> sequence order."""
-        return _to_sequence_order_op(x, self._cu, self._cp_size, self._layout)
+        return _call(_to_sequence_order_op, _to_sequence_order_impl, _to_sequence_order_grad, x, self._cu,
+                     self._cp_size, self._layout)
 
     def to_rank_order(self, x: torch.Tensor) -> torch.Tensor:
         """Sequence order -> rank-major (TE's thd_sequence_order_to_cp_rank_order)."""
-        return _to_rank_order_op(x, self._cu, self._cp_size, self._layout)
+        return _call(_to_rank_order_op, _to_rank_order_impl, _to_rank_order_grad, x, self._cu, self._cp_size,
+                     self._layout)
 
     def _raw(self, what: str):
         if self._raw_cu is None:
@@ -503,7 +539,7 @@ class Partition:
         """split(pad(raw)) in one pass from raw, unpadded [T_raw, ...]. shift = 1: the next token
         of the same sequence (labels), pad_value past each sequence's last real token."""
         raw_cu, a = self._raw("headroom.torch.cp.Partition.pad_split")
-        return _pad_split_op(raw, raw_cu, a[0], a[1], a[2], a[3], a[4], a[5], float(pad_value), int(shift))
+        return _call(_pad_split_op, _pad_split_impl, _pad_split_grad, raw, raw_cu, *a, float(pad_value), int(shift))
 
     def shifted_label_split(self, raw_ids: torch.Tensor, raw_loss_mask: Optional[torch.Tensor] = None,
                             pad_value: float = 0):

@@ -258,3 +258,34 @@ def test_partition_reuse_and_cache():
     # Mutating the boundaries in place rebuilds the plan (tensor version changes).
     copy[2] = 16
     _raises(r"input has 20 rows .* expected 16", lambda: ops.cp_split(x, copy, 2, 1, "dual_chunk"))
+
+
+def test_eager_path_equals_dispatcher():
+    # Partition's methods skip the dispatcher in plain eager mode; under a dispatch mode (as
+    # torch.compile and opcheck are) they go through torch.ops.headroom. Same values, same grads.
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    p = cp.Partition.from_raw([0, 7, 17, 30], 4, 2)
+    x = torch.randn(p.global_rows, 3, dtype=torch.float64)
+    raw = torch.randn(30, 3, dtype=torch.float64)
+    cases = [(p.split, x), (p.split_adjoint, x[: p.local_rows]), (p.to_sequence_order, x), (p.to_rank_order, x),
+             (lambda t: p.pad_split(t, 0, 1), raw)]
+    for fn, inp in cases:
+        a = inp.clone().requires_grad_()
+        eager = fn(a)
+        (eager * eager).sum().backward()
+        b = inp.clone().requires_grad_()
+        with Seen() as seen:
+            dispatched = fn(b)
+            (dispatched * dispatched).sum().backward()
+        assert any(op.startswith("headroom.cp_") for op in seen.ops), seen.ops
+        assert torch.equal(eager, dispatched) and torch.equal(a.grad, b.grad)
