@@ -21,8 +21,6 @@
 #include "plan.hpp"
 
 namespace nb = nanobind;
-using headroom::python::cuda::device_boundaries;
-using headroom::python::cuda::device_matrix;
 using headroom::python::cuda::plan;
 
 namespace {
@@ -65,8 +63,6 @@ void translate(std::exception_ptr const& p, void*) {
 NB_MODULE(_cuda, m) {
   m.doc() = "headroom's CUDA kernels by raw pointer and stream (cp split / gather reorder / pad_split), no libtorch";
   nb::register_exception_translator(translate);
-
-  nb::class_<device_matrix>(m, "_DeviceMatrix");  // internal; the methods take plain ints
 
   nb::class_<plan>(m, "Plan",
                    "One CP rank's plan for a packed batch: the partition of its padded cu_seqlens (and the padding, "
