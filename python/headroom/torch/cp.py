@@ -240,6 +240,11 @@ def _to_rank_order_impl(x, cu_seqlens, cp_size, layout):
     return _launch(e, "to_rank_order", x, torch.empty_like(x))
 
 
+def _element_bytes(value: torch.Tensor) -> bytes:
+    """The bytes of a 0-d tensor's element (any dtype, bfloat16 included), as the kernel's fill."""
+    return bytes(value.reshape(1).view(torch.uint8).tolist())
+
+
 def _pad_split_impl(raw, raw_cu_seqlens, cp_size, cp_rank, layout, tp, extra, total_multiple, pad_value, shift):
     e = _raw_entry(raw_cu_seqlens, cp_size, cp_rank, layout, tp, extra, total_multiple, _PAD_SPLIT)
     _check_rows(raw, e.raw_rows, _PAD_SPLIT, "raw input", "raw_cu_seqlens[-1]")
@@ -253,7 +258,7 @@ def _pad_split_impl(raw, raw_cu_seqlens, cp_size, cp_rank, layout, tp, extra, to
         out = raw.index_select(0, idx.clamp(min=0))
         out[idx < 0] = pad
         return out
-    return _launch(e, "pad_split", raw, raw.new_empty((e.local_rows, *raw.shape[1:])), pad.numpy().tobytes(), shift)
+    return _launch(e, "pad_split", raw, raw.new_empty((e.local_rows, *raw.shape[1:])), _element_bytes(pad), shift)
 
 
 def _pad_split_adjoint_impl(grad, raw_cu_seqlens, raw_rows, cp_size, cp_rank, layout, tp, extra, total_multiple,

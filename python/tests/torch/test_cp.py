@@ -289,3 +289,15 @@ def test_eager_path_equals_dispatcher():
             (dispatched * dispatched).sum().backward()
         assert any(op.startswith("headroom.cp_") for op in seen.ops), seen.ops
         assert torch.equal(eager, dispatched) and torch.equal(a.grad, b.grad)
+
+
+def test_pad_value_bytes_for_every_dtype():
+    # The CUDA path passes the pad value to the kernel as one element's bytes.
+    from headroom.torch.cp import _element_bytes
+
+    for dtype in DTYPES:
+        value = torch.tensor(1.5 if dtype.is_floating_point or dtype.is_complex else 1, dtype=dtype)
+        b = _element_bytes(value)
+        assert len(b) == value.element_size()
+        back = torch.tensor(list(b), dtype=torch.uint8).view(dtype)
+        assert torch.equal(back, value.reshape(1))
