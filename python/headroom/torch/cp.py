@@ -19,6 +19,7 @@ Any dtype and row width (the trailing dimensions are opaque). Bad input raises
 from __future__ import annotations
 
 import enum
+import math
 import weakref
 from typing import Callable, NamedTuple, Optional, Sequence, Union
 
@@ -176,7 +177,8 @@ def _check_rows(x: torch.Tensor, rows: int, what: str, name: str, expected: str)
 
 
 def _width(x: torch.Tensor) -> int:
-    return x.numel() // x.shape[0] if x.shape[0] else 1
+    """Elements per row (dimension 0 is rows)."""
+    return x.numel() // x.shape[0] if x.shape[0] else math.prod(x.shape[1:])
 
 
 _current_device = torch._C._cuda_getDevice if hasattr(torch._C, "_cuda_getDevice") else None

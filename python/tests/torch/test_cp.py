@@ -301,3 +301,9 @@ def test_pad_value_bytes_for_every_dtype():
         assert len(b) == value.element_size()
         back = torch.tensor(list(b), dtype=torch.uint8).view(dtype)
         assert torch.equal(back, value.reshape(1))
+
+
+def test_pad_split_of_only_pads():
+    part = cp.Partition.from_raw([0, 0, 0], 2, 1, total_multiple=8)
+    out = part.pad_split(torch.empty((0, 3), dtype=torch.bfloat16), 2.5)
+    assert out.shape == (4, 3) and torch.equal(out, torch.full((4, 3), 2.5, dtype=torch.bfloat16))

@@ -140,3 +140,11 @@ def test_cuda_bad_input():
         part.split(torch.zeros(3, 20, device="cuda").t())
     with pytest.raises(headroom.invalid_argument, match=r"loss mask on cpu, ids on cuda"):
         cp.Partition.from_raw([0, 7], 2, 0).shifted_label_split(torch.zeros(7, device="cuda"), torch.ones(7))
+
+
+def test_cuda_empty_raw_input():
+    # Only pads: no raw row, a dummy sequence of 8 rows; the kernel writes the pad value everywhere.
+    part = cp.Partition.from_raw([0, 0, 0], 2, 1, total_multiple=8)
+    raw = torch.empty((0, 3), dtype=torch.bfloat16)
+    _same(part.pad_split(raw.to(DEVICE), 2.5), part.pad_split(raw, 2.5))
+    assert part.pad_split(raw, 2.5).shape == (4, 3)
