@@ -303,7 +303,11 @@ def test_pad_value_bytes_for_every_dtype():
         assert torch.equal(back, value.reshape(1))
 
 
-def test_pad_split_of_only_pads():
-    part = cp.Partition.from_raw([0, 0, 0], 2, 1, total_multiple=8)
-    out = part.pad_split(torch.empty((0, 3), dtype=torch.bfloat16), 2.5)
-    assert out.shape == (4, 3) and torch.equal(out, torch.full((4, 3), 2.5, dtype=torch.bfloat16))
+def test_pad_split_mostly_pads():
+    # One raw row, then pads and a dummy sequence: cu [0,1] -> padded [0,4,8] at cp = 2.
+    part = cp.Partition.from_raw([0, 1], 2, 0, total_multiple=8)
+    assert part.cu_seqlens.tolist() == [0, 4, 8]
+    out = part.pad_split(torch.tensor([[7.0, 8.0, 9.0]], dtype=torch.bfloat16), 2.5)
+    expect = torch.full((4, 3), 2.5, dtype=torch.bfloat16)
+    expect[0] = torch.tensor([7.0, 8.0, 9.0])
+    assert torch.equal(out, expect)

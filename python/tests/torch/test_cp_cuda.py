@@ -142,9 +142,9 @@ def test_cuda_bad_input():
         cp.Partition.from_raw([0, 7], 2, 0).shifted_label_split(torch.zeros(7, device="cuda"), torch.ones(7))
 
 
-def test_cuda_empty_raw_input():
-    # Only pads: no raw row, a dummy sequence of 8 rows; the kernel writes the pad value everywhere.
-    part = cp.Partition.from_raw([0, 0, 0], 2, 1, total_multiple=8)
-    raw = torch.empty((0, 3), dtype=torch.bfloat16)
-    _same(part.pad_split(raw.to(DEVICE), 2.5), part.pad_split(raw, 2.5))
-    assert part.pad_split(raw, 2.5).shape == (4, 3)
+def test_cuda_pad_split_mostly_pads():
+    # One raw row, then pads and a dummy sequence: the kernel writes the pad value around it.
+    part = cp.Partition.from_raw([0, 1], 2, 0, total_multiple=8)
+    raw = torch.tensor([[7.0, 8.0, 9.0]], dtype=torch.bfloat16)
+    for shift in (0, 1):
+        _same(part.pad_split(raw.to(DEVICE), 2.5, shift), part.pad_split(raw, 2.5, shift))
