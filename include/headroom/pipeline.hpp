@@ -1,11 +1,12 @@
 #pragma once
 // headroom::pipeline: pipeline-parallel schedules (GPipe, 1F1B, interleaved 1F1B, ZB-H1) as
 // validated, printable action lists; output retention policies for the last stage; a
-// query-first memory model; an executor over any communicator. CUDA-free; the CUDA backend
-// lives in headroom/pipeline/cuda/.
+// query-first memory model; PyTorch pipelining's action format both ways; an executor over any
+// communicator. CUDA-free; the CUDA backend lives in headroom/pipeline/cuda/.
 #include "headroom/pipeline/action.hpp"
 #include "headroom/pipeline/executor.hpp"
 #include "headroom/pipeline/memory_model.hpp"
+#include "headroom/pipeline/pytorch_format.hpp"
 #include "headroom/pipeline/retention.hpp"
 #include "headroom/pipeline/schedule.hpp"
 #include "headroom/pipeline/schedules.hpp"

@@ -1,8 +1,10 @@
 #pragma once
 // headroom::pool — workloads, execution orders, planners (fixed, max, interval) and plans (pure),
 // assignment, non-unit, release-order and off-trace policies, the unit pool and its host-substrate
-// form host_unit_pool. CUDA-free; the CUDA pool and NCCL registration are in headroom/pool/cuda.hpp.
+// form host_unit_pool, plan fingerprints. CUDA-free; the CUDA pool and NCCL registration are in
+// headroom/pool/cuda.hpp.
 #include "headroom/pool/execution_order.hpp"
+#include "headroom/pool/fingerprint.hpp"
 #include "headroom/pool/host.hpp"
 #include "headroom/pool/interval.hpp"
 #include "headroom/pool/models.hpp"

@@ -3,7 +3,13 @@
 The C++ headers are the product; this package is a thin layer over them (``headroom._core``),
 importable with no torch and no CUDA. ``headroom.torch`` holds the PyTorch adapters and imports
 torch itself.
+
+Modules: ``pool`` (planners and plans), ``pipeline`` (schedules, memory model, PyTorch's
+action format), ``cp`` (context-parallel index plans as numpy arrays), ``stats`` (report schema
+and exact reductions), ``trace`` (memory_viz snapshots). Each is imported on first use.
 """
+import importlib
+
 from ._core import (
     __version__,
     capacity_error,
@@ -17,6 +23,15 @@ from ._core import (
     nccl_error,
     version_info,
 )
+
+_SUBMODULES = ("pool", "pipeline", "cp", "stats", "trace", "torch")
+
+
+def __getattr__(name):
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "__version__",

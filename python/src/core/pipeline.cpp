@@ -1,11 +1,286 @@
-// headroom::pipeline from Python.
+// headroom::pipeline from Python: schedule generators, hand-written schedules, the validator,
+// timelines, the memory model (per-rank peak for each output retention) and PyTorch pipelining's
+// action format both ways. python/headroom/pipeline.py is the Pythonic layer.
+#include <nanobind/nanobind.h>
+#include <nanobind/operators.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstdint>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "bindings.hpp"
+#include "convert.hpp"
+#include "headroom/pipeline/memory_model.hpp"
+#include "headroom/pipeline/pytorch_format.hpp"
+#include "headroom/pipeline/schedules.hpp"
+#include "headroom/pipeline/timeline.hpp"
+#include "headroom/pipeline/validate.hpp"
 
 namespace headroom::python {
 
+namespace {
+
+using namespace headroom::pipeline;
+
+template <class T>
+std::string printed(T const& v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+pipeline_shape shape_of(nb::handle stages, nb::handle microbatches, nb::handle chunks, nb::handle group) {
+  pipeline_shape s{as_int(stages, "stages"), as_int(microbatches, "microbatches"), as_int(chunks, "chunks"),
+                   as_int(group, "group")};
+  s.check("pipeline shape");
+  return s;
+}
+
+action_kind kind_of(nb::handle h) {
+  return static_cast<action_kind>(as_choice(h, "action kind",
+                                            {"forward", "backward", "backward_input", "backward_weight",
+                                             "send_forward", "recv_forward", "send_backward", "recv_backward"}));
+}
+
+std::vector<std::vector<action>> rank_lists(nb::handle h, char const* what) {
+  if (!PySequence_Check(h.ptr()) || nb::isinstance<nb::str>(h))
+    throw nb::type_error(headroom::detail::concat(what, " = ", repr_of(h), "; expected one list of Actions per rank").c_str());
+  std::vector<std::vector<action>> out;
+  std::size_t r = 0;
+  for (nb::handle row : h) {
+    auto& list = out.emplace_back();
+    if (!PySequence_Check(row.ptr()) || nb::isinstance<nb::str>(row))
+      throw nb::type_error(
+          headroom::detail::concat(what, "[", r, "] = ", repr_of(row), "; expected a list of Actions").c_str());
+    std::size_t i = 0;
+    for (nb::handle a : row) {
+      if (!nb::isinstance<action>(a))
+        throw nb::type_error(
+            headroom::detail::concat(what, "[", r, "][", i, "] = ", repr_of(a), "; expected an Action").c_str());
+      list.push_back(nb::cast<action>(a));
+      ++i;
+    }
+    ++r;
+  }
+  return out;
+}
+
+std::vector<std::vector<std::string>> string_rows(nb::handle h) {
+  if (!PySequence_Check(h.ptr()) || nb::isinstance<nb::str>(h))
+    throw nb::type_error(
+        headroom::detail::concat("rows = ", repr_of(h), "; expected one list of action strings per rank").c_str());
+  std::vector<std::vector<std::string>> out;
+  std::size_t r = 0;
+  for (nb::handle row : h) {
+    auto& list = out.emplace_back();
+    if (!PySequence_Check(row.ptr()) || nb::isinstance<nb::str>(row))
+      throw nb::type_error(
+          headroom::detail::concat("rows[", r, "] = ", repr_of(row), "; expected a list of action strings").c_str());
+    for (nb::handle cell : row) {
+      // PyTorch's rows hold _Action objects or None (a bubble): str() of an _Action is its text.
+      list.push_back(cell.is_none() ? std::string() : std::string(nb::str(cell).c_str()));
+    }
+    ++r;
+  }
+  return out;
+}
+
+schedule generate(nb::handle kind, pipeline_shape const& shape) {
+  switch (as_choice(kind, "schedule kind", {"gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1"})) {
+    case 0: return make_schedule<gpipe>(shape);
+    case 1: return make_schedule<one_f_one_b>(shape);
+    case 2: return make_schedule<interleaved_1f1b>(shape);
+    default: return make_schedule<zb_h1>(shape);
+  }
+}
+
+memory_plan predict(schedule const& s, model_bytes const& bytes, nb::handle retention) {
+  switch (as_choice(retention, "retention", {"all", "reduced", "none"})) {
+    case 0: return predict_memory(s, bytes, retention::all{});
+    case 1: return predict_memory(s, bytes, retention::reduced{});
+    default: return predict_memory(s, bytes, retention::none{});
+  }
+}
+
+std::optional<pipeline_shape> optional_shape(nb::handle h) {
+  if (h.is_none()) return std::nullopt;
+  return nb::cast<pipeline_shape>(h);
+}
+
+}  // namespace
+
 void bind_pipeline(nb::module_& m) {
   nb::module_ sub = m.def_submodule("pipeline", "headroom::pipeline");
-  (void)sub;
+
+  nb::class_<pipeline_shape>(sub, "Shape", "p ranks (stages), m micro-batches, v chunks per rank, group g (0: p).")
+      .def(
+          "__init__",
+          [](pipeline_shape* self, nb::handle p, nb::handle mb, nb::handle v, nb::handle g) {
+            new (self) pipeline_shape(shape_of(p, mb, v, g));
+          },
+          nb::arg("stages"), nb::arg("microbatches"), nb::arg("chunks") = 1, nb::arg("group") = 0)
+      .def_ro("stages", &pipeline_shape::stages)
+      .def_ro("microbatches", &pipeline_shape::microbatches)
+      .def_ro("chunks", &pipeline_shape::chunks)
+      .def_ro("group", &pipeline_shape::group)
+      .def("virtual_stages", &pipeline_shape::virtual_stages)
+      .def("rank_of", &pipeline_shape::rank_of, nb::arg("virtual_stage"))
+      .def("chunk_of", &pipeline_shape::chunk_of, nb::arg("virtual_stage"))
+      .def(nb::self == nb::self)
+      .def("__repr__", [](pipeline_shape const& s) { return "Shape(" + printed(s) + ")"; });
+
+  nb::class_<action>(sub, "Action", "One step of one rank: a computation or a transfer of a virtual stage.")
+      .def(
+          "__init__",
+          [](action* self, nb::handle kind, nb::handle microbatch, nb::handle stage, nb::handle peer) {
+            new (self) action{kind_of(kind), as_int(microbatch, "microbatch"), as_int(stage, "stage"),
+                              as_int(peer, "peer")};
+          },
+          nb::arg("kind"), nb::arg("microbatch"), nb::arg("stage"), nb::arg("peer") = -1)
+      .def_prop_ro("kind", [](action const& a) { return std::string(name_of(a.kind)); })
+      .def_ro("microbatch", &action::microbatch)
+      .def_ro("stage", &action::stage)
+      .def_ro("peer", &action::peer)
+      .def_prop_ro("is_compute", [](action const& a) { return is_compute(a.kind); })
+      .def("pytorch", [](action const& a) { return pytorch::to_string(a); }, "PyTorch's _Action text: '0F1'.")
+      .def(nb::self == nb::self)
+      .def("__str__", [](action const& a) { return printed(a); })
+      .def("__repr__", [](action const& a) { return "Action(" + printed(a) + ")"; });
+
+  nb::class_<schedule>(sub, "Schedule", "Every rank's action list for one step (validated before use).")
+      .def(
+          "__init__",
+          [](schedule* self, std::string name, pipeline_shape const& shape, nb::handle ranks) {
+            new (self) schedule(std::move(name), shape, rank_lists(ranks, "ranks"));
+          },
+          nb::arg("name"), nb::arg("shape"), nb::arg("ranks"))
+      .def_prop_ro("name", &schedule::name)
+      .def_prop_ro("shape", [](schedule const& s) { return s.shape(); })
+      .def_prop_ro("ranks", [](schedule const& s) { return s.ranks(); })
+      .def(
+          "actions",
+          [](schedule const& s, nb::handle r) {
+            auto const a = s.actions(as_int(r, "rank"));
+            return std::vector<action>(a.begin(), a.end());
+          },
+          nb::arg("rank"))
+      .def("splits_backward", &schedule::splits_backward)
+      .def(nb::self == nb::self)
+      .def("__str__", [](schedule const& s) { return printed(s); })
+      .def("__repr__", [](schedule const& s) { return "Schedule('" + s.name() + "', " + printed(s.shape()) + ")"; });
+
+  sub.def(
+      "make_schedule",
+      [](nb::handle kind, nb::handle p, nb::handle mb, nb::handle v, nb::handle g) {
+        return generate(kind, shape_of(p, mb, v, g));
+      },
+      nb::arg("kind"), nb::arg("stages"), nb::arg("microbatches"), nb::arg("chunks") = 1, nb::arg("group") = 0,
+      "gpipe, one_f_one_b, interleaved_1f1b or zb_h1 for the shape.");
+  sub.attr("schedule_kinds") = nb::make_tuple("gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1");
+  sub.def(
+      "place_transfers",
+      [](std::string name, pipeline_shape const& shape, nb::handle orders) {
+        return place_transfers(std::move(name), shape, rank_lists(orders, "compute orders"));
+      },
+      nb::arg("name"), nb::arg("shape"), nb::arg("compute_orders"),
+      "A schedule from per-rank compute orders, transfers placed as the generators place theirs.");
+  sub.def("find_problem", &find_problem, nb::arg("schedule"), "The first reason the schedule cannot run, or ''.");
+  sub.def("validate", [](schedule const& s) { validate(s); }, nb::arg("schedule"),
+          "Raises invalid_argument naming the rank, action and rule unless the schedule is valid.");
+  sub.def("timeline", &timeline, nb::arg("schedule"), "The schedule as a text Gantt chart, one line per rank.");
+  sub.def("ticks", &ticks, nb::arg("schedule"), "Ticks with unit-time computations (length including bubbles).");
+
+  nb::class_<stage_bytes>(sub, "StageBytes", "What one micro-batch costs on one virtual stage, in bytes.")
+      .def(
+          "__init__",
+          [](stage_bytes* self, nb::handle activations, nb::handle output, nb::handle weight_stash,
+             nb::handle parameters) {
+            new (self) stage_bytes{as_size(activations, "activations"), as_size(output, "output"),
+                                   as_size(weight_stash, "weight_stash"), as_size(parameters, "parameters")};
+          },
+          nb::arg("activations") = 0, nb::arg("output") = 0, nb::arg("weight_stash") = 0, nb::arg("parameters") = 0)
+      .def_ro("activations", &stage_bytes::activations)
+      .def_ro("output", &stage_bytes::output)
+      .def_ro("weight_stash", &stage_bytes::weight_stash)
+      .def_ro("parameters", &stage_bytes::parameters)
+      .def(nb::self == nb::self)
+      .def("__repr__", [](stage_bytes const& b) { return "StageBytes" + printed(b); });
+
+  nb::class_<rank_memory>(sub, "RankMemory", "One rank's predicted bytes for one step.")
+      .def_ro("rank", &rank_memory::rank)
+      .def_ro("peak", &rank_memory::peak)
+      .def_ro("peak_action", &rank_memory::peak_action)
+      .def_ro("held_at_end", &rank_memory::held_at_end)
+      .def_ro("parameters", &rank_memory::parameters)
+      .def("total", &rank_memory::total)
+      .def("__repr__", [](rank_memory const& r) {
+        return headroom::detail::concat("RankMemory(rank=", r.rank, ", peak=", r.peak, ", held_at_end=", r.held_at_end,
+                                        ", parameters=", r.parameters, ")");
+      });
+  nb::class_<memory_plan>(sub, "MemoryPlan", "Every rank's peak for one step of a schedule.")
+      .def_prop_ro("ranks", [](memory_plan const& p) { return p.ranks(); })
+      .def_prop_ro("retention", [](memory_plan const& p) { return std::string(p.retention()); })
+      .def_prop_ro("shape", [](memory_plan const& p) { return p.shape(); })
+      .def("rank", [](memory_plan const& p, nb::handle r) { return p.rank(as_int(r, "rank")); }, nb::arg("rank"))
+      .def("max_rank", [](memory_plan const& p) { return p.max_rank(); })
+      .def("__str__", [](memory_plan const& p) { return printed(p); });
+  sub.def(
+      "predict_memory",
+      [](schedule const& s, nb::handle stages, nb::handle retention) {
+        if (nb::isinstance<stage_bytes>(stages))
+          return predict(s, model_bytes::uniform(s.shape(), nb::cast<stage_bytes>(stages)), retention);
+        if (!PySequence_Check(stages.ptr()))
+          throw nb::type_error(headroom::detail::concat("stage bytes = ", repr_of(stages),
+                                                        "; expected a StageBytes or a list of one per virtual stage")
+                                   .c_str());
+        std::vector<stage_bytes> v;
+        std::size_t i = 0;
+        for (nb::handle b : stages) {
+          if (!nb::isinstance<stage_bytes>(b))
+            throw nb::type_error(
+                headroom::detail::concat("stage bytes[", i, "] = ", repr_of(b), "; expected a StageBytes").c_str());
+          v.push_back(nb::cast<stage_bytes>(b));
+          ++i;
+        }
+        return predict(s, model_bytes(std::move(v)), retention);
+      },
+      nb::arg("schedule"), nb::arg("stage_bytes"), nb::arg("retention") = "all",
+      "Each rank's peak for one step with output retention 'all', 'reduced' or 'none'.");
+
+  nb::module_ pt = sub.def_submodule("pytorch", "PyTorch pipelining's _Action text format");
+  pt.def(
+      "export_actions",
+      [](schedule const& s, bool compute_only) {
+        return pytorch::export_actions(s, compute_only ? pytorch::content::compute_only : pytorch::content::compute_comms);
+      },
+      nb::arg("schedule"), nb::arg("compute_only") = false);
+  pt.def(
+      "to_csv",
+      [](schedule const& s, bool compute_only) {
+        return pytorch::to_csv(s, compute_only ? pytorch::content::compute_only : pytorch::content::compute_comms);
+      },
+      nb::arg("schedule"), nb::arg("compute_only") = false);
+  pt.def(
+      "import_actions",
+      [](nb::handle rows, std::string name, nb::handle shape) {
+        return pytorch::import_actions(string_rows(rows), std::move(name), optional_shape(shape));
+      },
+      nb::arg("rows"), nb::arg("name") = "pytorch", nb::arg("shape") = nb::none());
+  pt.def(
+      "from_csv",
+      [](std::string const& text, std::string name, nb::handle shape) {
+        return pytorch::from_csv(text, std::move(name), optional_shape(shape));
+      },
+      nb::arg("text"), nb::arg("name") = "pytorch", nb::arg("shape") = nb::none());
+  pt.def(
+      "parse_cell", [](std::string const& text) { return pytorch::parse_cell(text).actions; }, nb::arg("text"),
+      "The actions of one cell (peers unset: -1).");
 }
 
 }  // namespace headroom::python

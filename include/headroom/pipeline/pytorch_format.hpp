@@ -1,0 +1,267 @@
+#pragma once
+// Schedules in PyTorch pipelining's text format (torch.distributed.pipelining.schedules._Action,
+// the rows of _dump_csv / _load_csv and of torchtitan's pipeline_parallel_schedule_csv), both
+// ways, so a schedule made here runs in PyTorch and a PyTorch schedule is validated here.
+//
+//   auto rows = pipeline::pytorch::export_actions(sched);          // rows[r] = {"0F0", "0SEND_F0", ...}
+//   std::string csv = pipeline::pytorch::to_csv(sched, pipeline::pytorch::content::compute_only);
+//   auto back = pipeline::pytorch::from_csv(csv, "imported");      // validated; == sched for comms rows
+//
+// One action is [stage][type][microbatch]: the virtual stage index, the type F (forward),
+// B (full backward), I (backward input), W (backward weight), SEND_F, RECV_F, SEND_B, RECV_B,
+// and the micro-batch. PyTorch names the stage of a transfer as headroom does (the sender's
+// stage for SEND_*, the receiver's for RECV_*); stage s lives on rank s mod p in both.
+//
+// Import reads every cell PyTorch writes: an empty cell (a bubble) is skipped; the synchronising
+// and FSDP actions WAIT_SEND_F, WAIT_SEND_B, UNSHARD, RESHARD, REDUCE_GRAD and WAIT_REDUCE_GRAD
+// are skipped (headroom's executor has blocking transfers and no sharding: they change no
+// dependency it checks); "(a;b)OVERLAP_F_B" is read as its sub-actions a then b. Rows with
+// compute actions only get their transfers placed as the generators place theirs
+// (place_transfers); rows with transfers are taken as they are. Either way the result is
+// validated, so a malformed row throws invalid_argument naming the rank, column and text.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "headroom/core/error.hpp"
+#include "headroom/pipeline/action.hpp"
+#include "headroom/pipeline/schedule.hpp"
+#include "headroom/pipeline/schedules.hpp"
+#include "headroom/pipeline/shape.hpp"
+#include "headroom/pipeline/validate.hpp"
+
+namespace headroom::pipeline::pytorch {
+
+/// What an export holds: every action, or the computations only (PyTorch's "compute_only").
+enum class content : std::uint8_t { compute_comms, compute_only };
+
+/// PyTorch's type code of an action kind: F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B.
+[[nodiscard]] constexpr std::string_view type_code(action_kind k) noexcept {
+  switch (k) {
+    case action_kind::forward: return "F";
+    case action_kind::backward: return "B";
+    case action_kind::backward_input: return "I";
+    case action_kind::backward_weight: return "W";
+    case action_kind::send_forward: return "SEND_F";
+    case action_kind::recv_forward: return "RECV_F";
+    case action_kind::send_backward: return "SEND_B";
+    case action_kind::recv_backward: return "RECV_B";
+  }
+  return "?";
+}
+
+/// "2F3", "1SEND_B0": what PyTorch's _Action prints for the action.
+[[nodiscard]] inline std::string to_string(action const& a) {
+  return std::to_string(a.stage) + std::string(type_code(a.kind)) + std::to_string(a.microbatch);
+}
+
+/// One row per rank, in execution order.
+[[nodiscard]] inline std::vector<std::vector<std::string>> export_actions(schedule const& s,
+                                                                          content what = content::compute_comms) {
+  std::vector<std::vector<std::string>> rows;
+  for (auto const& list : s.ranks()) {
+    auto& row = rows.emplace_back();
+    for (auto const& a : list)
+      if (what == content::compute_comms || is_compute(a.kind)) row.push_back(to_string(a));
+  }
+  return rows;
+}
+
+/// The rows as PyTorch's _dump_csv writes them: one line per rank, cells joined by commas.
+[[nodiscard]] inline std::string to_csv(schedule const& s, content what = content::compute_comms) {
+  std::string out;
+  for (auto const& row : export_actions(s, what)) {
+    for (std::size_t i = 0; i < row.size(); ++i) {
+      if (i > 0) out += ',';
+      out += row[i];
+    }
+    out += "\r\n";  // csv.writer's line terminator
+  }
+  return out;
+}
+
+/// A parsed cell: the actions it stands for (none for a bubble or a skipped action).
+struct parsed_cell {
+  std::vector<action> actions;
+};
+
+namespace detail {
+
+struct type_entry {
+  std::string_view code;
+  std::optional<action_kind> kind;  ///< empty: an action headroom skips on import
+};
+// Longest codes first: the first code that prefixes the text wins, as in PyTorch's regex.
+inline constexpr type_entry type_table[] = {
+    {"WAIT_REDUCE_GRAD", std::nullopt},
+    {"WAIT_SEND_F", std::nullopt},
+    {"WAIT_SEND_B", std::nullopt},
+    {"REDUCE_GRAD", std::nullopt},
+    {"UNSHARD", std::nullopt},
+    {"RESHARD", std::nullopt},
+    {"SEND_F", action_kind::send_forward},
+    {"RECV_F", action_kind::recv_forward},
+    {"SEND_B", action_kind::send_backward},
+    {"RECV_B", action_kind::recv_backward},
+    {"F", action_kind::forward},
+    {"I", action_kind::backward_input},
+    {"B", action_kind::backward},
+    {"W", action_kind::backward_weight},
+};
+
+[[nodiscard]] inline std::string_view trim(std::string_view s) noexcept {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r' || s.front() == '\n'))
+    s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n')) s.remove_suffix(1);
+  return s;
+}
+
+// Reads the digits at the front of `s` as a non-negative int; nullopt when there are none or
+// they exceed int.
+[[nodiscard]] inline std::optional<int> take_int(std::string_view& s) {
+  std::size_t n = 0;
+  long long v = 0;
+  while (n < s.size() && s[n] >= '0' && s[n] <= '9') {
+    v = v * 10 + (s[n] - '0');
+    if (v > 0x7fffffff) return std::nullopt;
+    ++n;
+  }
+  if (n == 0) return std::nullopt;
+  s.remove_prefix(n);
+  return static_cast<int>(v);
+}
+
+inline void parse_single(std::string_view text, std::string_view where, std::vector<action>& out) {
+  std::string_view rest = trim(text);
+  auto const fail = [&](auto const&... why) {
+    throw invalid_argument(headroom::detail::concat("pipeline::pytorch: ", where, ": '", text, "' ", why...,
+                                                    "; expected [stage][type][microbatch] such as 0F1, 1B0, 2I3, "
+                                                    "1W0, 0SEND_F1, 1RECV_B0"));
+  };
+  auto const stage = take_int(rest);
+  if (!stage) fail("does not start with a stage index (a non-negative int)");
+  type_entry const* type = nullptr;
+  for (auto const& t : type_table)
+    if (rest.substr(0, t.code.size()) == t.code) {
+      type = &t;
+      break;
+    }
+  if (type == nullptr) fail("has no known action type after stage ", *stage);
+  rest.remove_prefix(type->code.size());
+  std::optional<int> microbatch;
+  if (!rest.empty()) {
+    microbatch = take_int(rest);
+    if (!microbatch || !rest.empty()) fail("has '", rest, "' where a micro-batch index (or nothing) belongs");
+  }
+  if (!type->kind) return;  // synchronisation / FSDP action: nothing headroom schedules
+  if (!microbatch) fail("has no micro-batch index; ", type->code, " needs one");
+  out.push_back(action{*type->kind, *microbatch, *stage, -1});
+}
+
+}  // namespace detail
+
+/// The actions of one cell (see the header comment for what is skipped). `where` prefixes
+/// the message of the invalid_argument a malformed cell throws.
+[[nodiscard]] inline parsed_cell parse_cell(std::string_view text, std::string_view where = "action") {
+  parsed_cell cell;
+  std::string_view const t = detail::trim(text);
+  if (t.empty()) return cell;
+  if (t.front() == '(') {
+    auto const close = t.find(')');
+    expects(close != std::string_view::npos, "pipeline::pytorch: ", where, ": '", text,
+            "' opens '(' without ')'; expected (a;b)OVERLAP_F_B");
+    std::string_view const type = detail::trim(t.substr(close + 1));
+    expects(type == "OVERLAP_F_B", "pipeline::pytorch: ", where, ": '", text, "' groups actions under '", type,
+            "'; expected (a;b)OVERLAP_F_B");
+    std::string_view subs = t.substr(1, close - 1);
+    while (!subs.empty()) {
+      auto const semi = subs.find(';');
+      std::string_view const one = subs.substr(0, semi);
+      if (!detail::trim(one).empty()) detail::parse_single(one, where, cell.actions);
+      if (semi == std::string_view::npos) break;
+      subs.remove_prefix(semi + 1);
+    }
+    return cell;
+  }
+  detail::parse_single(t, where, cell.actions);
+  return cell;
+}
+
+/// The shape rows imply: p = rows, v = (highest stage + 1) / p, m = highest micro-batch + 1.
+/// Throws invalid_argument when there are no rows, no actions, or stages that do not fill p·v.
+[[nodiscard]] inline pipeline_shape infer_shape(std::vector<std::vector<action>> const& rows) {
+  expects(!rows.empty(), "pipeline::pytorch: no rows; expected one row of actions per rank");
+  int stages = 0, microbatches = 0;
+  for (auto const& r : rows)
+    for (auto const& a : r) {
+      stages = std::max(stages, a.stage + 1);
+      microbatches = std::max(microbatches, a.microbatch + 1);
+    }
+  expects(stages > 0, "pipeline::pytorch: the ", rows.size(), " rows hold no action; expected a schedule");
+  int const p = static_cast<int>(rows.size());
+  expects(stages % p == 0, "pipeline::pytorch: stages 0..", stages - 1, " over ", p,
+          " ranks; expected a multiple of the rank count (stage s on rank s mod p)");
+  return pipeline_shape{p, microbatches, stages / p, 0};
+}
+
+/// A validated schedule from rows of cells (one row per rank). Peers are set from the stage
+/// placement. `shape`: the shape to check against (inferred from the rows when absent).
+[[nodiscard]] inline schedule import_actions(std::vector<std::vector<std::string>> const& rows, std::string name,
+                                             std::optional<pipeline_shape> shape = std::nullopt) {
+  std::vector<std::vector<action>> lists(rows.size());
+  bool transfers = false;
+  for (std::size_t r = 0; r < rows.size(); ++r)
+    for (std::size_t c = 0; c < rows[r].size(); ++c) {
+      auto cell = parse_cell(rows[r][c], headroom::detail::concat("rank ", r, " column ", c));
+      for (auto& a : cell.actions) {
+        transfers = transfers || !is_compute(a.kind);
+        lists[r].push_back(a);
+      }
+    }
+  pipeline_shape const sh = shape ? *shape : infer_shape(lists);
+  sh.check("pipeline::pytorch::import_actions");
+  expects(lists.size() == static_cast<std::size_t>(sh.stages), "pipeline::pytorch: ", lists.size(),
+          " rows for p = ", sh.stages, " ranks; expected one row per rank");
+  for (std::size_t r = 0; r < lists.size(); ++r)
+    for (auto& a : lists[r]) {
+      expects(a.stage < sh.virtual_stages(), "pipeline::pytorch: rank ", r, " action ", to_string(a), " names stage ",
+              a.stage, "; expected a stage below p·v = ", sh.virtual_stages());
+      if (!is_compute(a.kind)) {
+        a.peer = headroom::pipeline::detail::expected_peer(sh, a);
+        expects(a.peer >= 0, "pipeline::pytorch: rank ", r, " action ", to_string(a), " transfers past stage ",
+                a.stage, " of ", sh.virtual_stages(), "; there is no neighbouring stage there");
+      }
+    }
+  if (!transfers) return place_transfers(std::move(name), sh, lists);
+  schedule s(std::move(name), sh, std::move(lists));
+  validate(s);
+  return s;
+}
+
+/// import_actions on the text of a CSV file (PyTorch's _dump_csv, torchtitan's schedule CSV).
+[[nodiscard]] inline schedule from_csv(std::string_view text, std::string name,
+                                       std::optional<pipeline_shape> shape = std::nullopt) {
+  std::vector<std::vector<std::string>> rows;
+  while (!text.empty()) {
+    auto const eol = text.find('\n');
+    std::string_view line = text.substr(0, eol);
+    text.remove_prefix(eol == std::string_view::npos ? text.size() : eol + 1);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    auto& row = rows.emplace_back();
+    if (line.empty()) continue;  // a rank with no actions
+    while (true) {
+      auto const comma = line.find(',');
+      row.emplace_back(line.substr(0, comma));
+      if (comma == std::string_view::npos) break;
+      line.remove_prefix(comma + 1);
+    }
+  }
+  return import_actions(rows, std::move(name), shape);
+}
+
+}  // namespace headroom::pipeline::pytorch

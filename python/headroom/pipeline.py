@@ -1,0 +1,85 @@
+"""headroom.pipeline: pipeline-parallel schedules, their validator and memory model.
+
+Schedule generators (gpipe, one_f_one_b, interleaved_1f1b, zb_h1), hand-written schedules
+(``place_transfers`` adds the sends and receives), the validator, text timelines, the memory
+model (each rank's peak for one step under output retention "all", "reduced" or "none") and
+PyTorch pipelining's action text (``0F1``, ``1B0``, ``2I3``, ``1W0``, ``0SEND_F1``...) both ways.
+Everything runs in C++ (``headroom._core.pipeline``).
+
+    >>> from headroom import pipeline
+    >>> s = pipeline.schedule("one_f_one_b", stages=2, microbatches=2)
+    >>> pipeline.to_pytorch(s, compute_only=True)
+    [['0F0', '0F1', '0B0', '0B1'], ['1F0', '1B0', '1F1', '1B1']]
+    >>> pipeline.from_pytorch(pipeline.to_pytorch(s), name=s.name) == s
+    True
+    >>> m = pipeline.predict_memory(s, pipeline.StageBytes(activations=100, output=10), "all")
+    >>> [r.peak for r in m.ranks]
+    [210, 140]
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Optional, Sequence
+
+from ._core.pipeline import (
+    Action,
+    MemoryPlan,
+    RankMemory,
+    Schedule,
+    Shape,
+    StageBytes,
+    find_problem,
+    make_schedule,
+    place_transfers,
+    predict_memory,
+    pytorch,
+    schedule_kinds,
+    ticks,
+    timeline,
+    validate,
+)
+
+__all__ = [
+    "Action", "MemoryPlan", "RankMemory", "Schedule", "Shape", "StageBytes", "schedule",
+    "make_schedule", "schedule_kinds", "place_transfers", "find_problem", "validate", "timeline",
+    "ticks", "predict_memory", "peaks", "to_pytorch", "from_pytorch", "to_csv", "from_csv",
+    "RETENTIONS",
+]
+
+RETENTIONS = ("all", "reduced", "none")
+
+
+def schedule(kind: str, stages: int, microbatches: int, chunks: int = 1, group: int = 0) -> Schedule:
+    """The schedule of generator ``kind`` (one of ``schedule_kinds``) for the shape."""
+    return make_schedule(kind, stages, microbatches, chunks, group)
+
+
+def peaks(s: Schedule, stage_bytes: Any) -> dict:
+    """{retention: [peak bytes of rank r]} for every retention policy."""
+    return {r: [m.peak for m in predict_memory(s, stage_bytes, r).ranks] for r in RETENTIONS}
+
+
+def to_pytorch(s: Schedule, compute_only: bool = False) -> list:
+    """One list of _Action strings per rank (with the transfers unless ``compute_only``)."""
+    return pytorch.export_actions(s, compute_only)
+
+
+def from_pytorch(rows: Iterable[Sequence[Any]], name: str = "pytorch", shape: Optional[Shape] = None) -> Schedule:
+    """A validated schedule from rows of PyTorch actions (strings, _Action objects or None).
+
+    Compute-only rows get their transfers placed; rows with transfers are taken as they are.
+    The shape is inferred (p = rows, v from the highest stage, m from the highest micro-batch)
+    unless given.
+    """
+    if isinstance(rows, (str, bytes)):
+        raise TypeError(f"rows = {rows!r}; expected one list of action strings per rank (from_csv reads text)")
+    return pytorch.import_actions([list(r) for r in rows], name, shape)
+
+
+def to_csv(s: Schedule, compute_only: bool = False) -> str:
+    """The CSV PyTorch's ``_dump_csv`` writes (torchtitan's pipeline_parallel_schedule_csv)."""
+    return pytorch.to_csv(s, compute_only)
+
+
+def from_csv(text: str, name: str = "pytorch", shape: Optional[Shape] = None) -> Schedule:
+    """``from_pytorch`` on the text of such a CSV file."""
+    return pytorch.from_csv(text, name, shape)

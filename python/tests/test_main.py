@@ -1,0 +1,36 @@
+import json
+import subprocess
+import sys
+
+from headroom import pool
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "headroom", *args], capture_output=True, text=True)
+
+
+def test_prints_the_plan_of_a_preset():
+    out = run("--model", "Nemotron-H-4B", "--planner", "fixed", "--buffers", "3", "--units")
+    assert out.returncode == 0, out.stderr
+    p = pool.plan(pool.model_workload("Nemotron-H-4B"), "fixed", buffers=3)
+    assert out.stdout == str(p) + p.describe_units()
+
+
+def test_interval_plan_prints_its_lower_bound_and_json_has_every_offset():
+    out = run("--model", "Falcon-H1-0.5B", "--planner", "interval")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[0].startswith("plan 'Falcon-H1-0.5B': planner=interval")
+    assert "lower bound" in out.stdout.splitlines()[-1]
+    js = run("--model", "Nemotron-3-Nano-30B-A3B", "--ep", "8", "--fp8", "--json")
+    assert js.returncode == 0, js.stderr
+    data = json.loads(js.stdout)
+    p = pool.plan(pool.model_workload("Nemotron-3-Nano-30B-A3B", 8, fp8_params=True), "max")
+    assert data["fingerprint"] == p.fingerprint and data == json.loads(json.dumps(pool.as_dict(p)))
+
+
+def test_list_and_errors():
+    assert run("--list").stdout.split("\n")[:-1] == pool.models.names()
+    bad = run("--model", "GPT-5")
+    assert bad.returncode == 2 and "no model 'GPT-5'; known: Nemotron-H-4B" in bad.stderr
+    assert run("--buffers", "1").returncode == 2 and "buffers = 1" in run("--buffers", "1").stderr
+    assert run("--grads", "int4").returncode == 2

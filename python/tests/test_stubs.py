@@ -1,0 +1,29 @@
+"""The wheel ships typed stubs for every submodule of headroom._core, next to the module."""
+from pathlib import Path
+
+import pytest
+
+import headroom._core as core
+
+STUBS = Path(core.__file__).parent / "_core"
+
+
+def test_the_extension_is_the_module_and_stubs_sit_beside_it():
+    assert Path(core.__file__).name.startswith("_core.") and not Path(core.__file__).name.endswith(".pyi")
+    assert (STUBS.parent / "py.typed").exists()
+
+
+@pytest.mark.parametrize("stub, names", [
+    ("__init__.pyi", ["class invalid_argument(error, ValueError)", "from headroom._core import"]),
+    ("pool/__init__.pyi", ["class Plan:", "def make_plan(", "def fingerprint(", "class HostUnitPool:"]),
+    ("pool/models.pyi", ["def make_workload("]),
+    ("cp.pyi", ["class Partition:", "def shifted_labels("]),
+    ("pipeline/__init__.pyi", ["class Schedule:", "def predict_memory("]),
+    ("pipeline/pytorch.pyi", ["def import_actions(", "def to_csv("]),
+    ("stats/__init__.pyi", ["class Report:", "def max_of("]),
+    ("trace.pyi", ["class Recorder:", "def to_memory_viz("]),
+])
+def test_stub_declares_the_api(stub, names):
+    text = (STUBS / stub).read_text()
+    for n in names:
+        assert n in text, (stub, n)

@@ -1,0 +1,109 @@
+import pickle
+
+import pytest
+
+import headroom
+from headroom import trace
+
+EVENTS = [
+    {"action": "segment_alloc", "addr": 0x10000, "size": 8192, "category": "pool"},
+    {"action": "alloc", "addr": 0x10000, "size": 1024, "category": "activation", "frame": ("model.py", "forward", 12)},
+    ("alloc", 0x10400, 2048, "activation"),
+    ("alloc", 0x90000, 512, "workspace", 7),  # outside every segment: gets a segment of its own
+    ("free_requested", 0x10400, 2048),
+    ("free_completed", 0x10400, 2048),
+]
+
+
+def test_snapshot_of_an_event_list():
+    s = trace.snapshot_of(EVENTS)
+    assert (s.reserved_bytes, s.active_bytes) == (8192 + 512, 1024 + 512)
+    seg = s.segments[0]
+    assert [(b["address"], b["size"], b["state"]) for b in seg["blocks"]] == [
+        (0x10000, 1024, "active_allocated"), (0x10400, 8192 - 1024, "inactive")]
+    assert seg["blocks"][0]["frames"] == [{"filename": "model.py", "name": "forward", "line": 12}]
+    assert s.segments[1]["address"] == 0x90000 and s.segments[1]["stream"] == 7
+    actions = [e["action"] for e in s.trace]
+    assert actions == ["segment_alloc", "alloc", "alloc", "segment_alloc", "alloc", "free_requested",
+                       "free_completed"]
+    assert s.trace[5]["category"] == "activation"  # a free without a category takes its block's
+    assert [e["time_ns"] for e in s.trace] == sorted(e["time_ns"] for e in s.trace)
+
+
+def test_the_pickle_reads_back_as_memory_viz_data(tmp_path):
+    path = tmp_path / "snap.pickle"
+    snap = trace.write_snapshot(path, EVENTS, labels={"step": 3, "rank": "pp0"})
+    with open(path, "rb") as f:
+        data = pickle.load(f)
+    assert data == pickle.loads(snap.to_memory_viz({"step": "3", "rank": "pp0"}))
+    assert set(data) == {"segments", "device_traces", "allocator_settings", "headroom"}
+    assert data["headroom"]["step"] == "3" and data["headroom"]["dropped_events"] == 0
+    seg = data["segments"][0]
+    assert (seg["address"], seg["total_size"], seg["active_size"]) == (0x10000, 8192, 1024)
+    assert sum(b["size"] for b in seg["blocks"]) == seg["total_size"]
+    events = data["device_traces"][0]
+    assert [e["action"] for e in events][:3] == ["segment_alloc", "alloc", "alloc"]
+    assert events[1]["frames"] == [{"filename": "model.py", "line": 12, "name": "forward"}]
+    assert not (tmp_path / "snap.pickle.partial").exists()
+
+
+def test_device_index_places_the_trace():
+    data = pickle.loads(trace.snapshot_of(EVENTS, device=2).to_memory_viz())
+    assert [len(t) > 0 for t in data["device_traces"]] == [False, False, True]
+    assert all(s["device"] == 2 for s in data["segments"])
+
+
+def test_recorder_follows_start_and_stop():
+    rec = trace.Recorder(timestamps=True)
+    rec.record("alloc", 0x100, 64)  # not recording: tracked live, not in the trace
+    rec.start()
+    rec.record("alloc", 0x200, 32, category="x")
+    rec.stop()
+    assert not rec.recording
+    s = rec.snapshot()
+    assert s.active_bytes == 96 and [e["addr"] for e in s.trace if e["action"] == "alloc"] == [0x200]
+    small = trace.Recorder(max_entries=2)
+    small.start()
+    for i in range(5):
+        small.record("alloc", 0x1000 * (i + 1), 8)
+    assert small.dropped == 3 and small.snapshot().dropped == 3
+
+
+def test_svg():
+    svg = trace.snapshot_of(EVENTS).to_svg("step 3")
+    assert svg.startswith("<svg") and "step 3" in svg and "activation" in svg
+
+
+def test_torch_memory_viz_accepts_the_snapshot():
+    mv = pytest.importorskip("torch.cuda._memory_viz", reason="torch is not installed: memory_viz cannot be run")
+    data = pickle.loads(trace.snapshot_of(EVENTS).to_memory_viz())
+    for plot in (mv.trace_plot, mv.segment_plot):
+        html = plot(data)
+        assert html.lstrip().startswith("<!DOCTYPE html>")
+    summary = mv.segsum(data)
+    assert "segments: 2" in summary and "total_reserved: 8.5KiB" in summary
+    assert "total_allocated: 1.5KiB" in summary
+    assert "TOTAL MEM" in mv.trace(data)
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda: trace.snapshot_of([("malloc", 0x10, 4)]), headroom.invalid_argument, "action = 'malloc'; expected one of"),
+    (lambda: trace.snapshot_of([("alloc", -16, 4)]), headroom.invalid_argument, "addr = -16"),
+    (lambda: trace.snapshot_of([("alloc", 0, 4)]), headroom.invalid_argument, "addr = 0; expected the block's"),
+    (lambda: trace.snapshot_of([("alloc", 16, 4.5)]), TypeError, r"size = 4.5 \(float\)"),
+    (lambda: trace.snapshot_of([("alloc", 16, 4, 3)]), TypeError, "category = 3; expected a str"),
+    (lambda: trace.snapshot_of([{"action": "alloc", "addr": 16, "size": 4, "frame": ("f", 1)}]), TypeError,
+     r"expected a \(filename, function, line\) tuple"),
+    (lambda: trace.snapshot_of([{"action": "alloc", "addr": 16, "size": 4, "frame": ("f", "g", 0)}]),
+     headroom.invalid_argument, "frame line = 0"),
+    (lambda: trace.snapshot_of([{"action": "alloc", "adr": 16}]), TypeError, r"unknown fields \['adr'\]"),
+    (lambda: trace.snapshot_of(["alloc"]), TypeError, r"events\[0\] = 'alloc'"),
+    (lambda: trace.snapshot_of([], device=-1), headroom.invalid_argument, "device -1 is negative"),
+    (lambda: trace.Recorder(max_entries=0), headroom.invalid_argument, "max_entries is 0"),
+    (lambda: trace.snapshot_of(EVENTS).write("/nonexistent-dir/x.pickle"), headroom.invalid_argument,
+     "cannot create '/nonexistent-dir/x.pickle.partial'"),
+    (lambda: trace.snapshot_of(EVENTS).to_memory_viz(["step"]), TypeError, "labels = \\['step'\\]"),
+])
+def test_bad_input_names_the_value(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
