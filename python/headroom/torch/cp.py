@@ -28,13 +28,12 @@ import torch
 import headroom
 from headroom import invalid_argument
 
+from headroom._core import cp as _host  # the C++ partition, padding and index plans
+
 try:
     from headroom import _cuda
-except ImportError as _e:  # pragma: no cover - only where the package was built without nvcc
-    raise ImportError(
-        "headroom.torch.cp needs headroom._cuda (the package built with the CUDA toolkit present: "
-        "it carries the C++ index plans for CPU tensors too)"
-    ) from _e
+except ImportError:  # built without nvcc: CPU tensors only
+    _cuda = None
 
 __all__ = [
     "Partition",
@@ -78,20 +77,28 @@ def _checked_layout(layout: str, what: str) -> str:
 
 
 class _Entry:
-    """A C++ plan with what the ops derive from it: its sizes as ints, index tensors per device,
-    and the device boundaries its kernels read."""
+    """One batch's C++ partition (and padding, for raw boundaries) with what the ops derive from
+    it: sizes as ints, index plans as tensors per device, and the CUDA plan with device copies
+    of the boundaries its kernels read."""
 
-    __slots__ = ("plan", "version", "global_rows", "local_rows", "raw_rows", "indices", "device", "device_cu")
+    __slots__ = ("host_cu", "args", "partition", "padding", "version", "global_rows", "local_rows", "raw_rows",
+                 "indices", "cuda_plan", "device", "device_cu")
 
-    def __init__(self, plan, version: int):
-        self.plan = plan
-        self.version = version
-        self.global_rows = plan.global_rows
-        self.local_rows = plan.local_rows
-        self.raw_rows = plan.raw_rows if plan.has_padding else -1
+    def __init__(self, host_cu: list, version: int, cp_size: int, cp_rank: int, layout: str, raw=None):
+        """raw = (tp, extra, total_multiple): host_cu are raw boundaries, padded here."""
+        self.host_cu, self.args, self.version = host_cu, (cp_size, cp_rank, layout, raw), version
+        if raw is None:
+            self.padding = None
+            self.partition = _host.Partition(host_cu, cp_size, cp_rank, layout)
+        else:
+            tp, extra, total_multiple = raw
+            self.padding = _host.Padding(host_cu, _host.alignment_for(layout, cp_size, tp, extra), total_multiple)
+            self.partition = _host.Partition(self.padding.padded_cu_seqlens, cp_size, cp_rank, layout)
+        self.global_rows = self.partition.global_rows
+        self.local_rows = self.partition.local_rows
+        self.raw_rows = self.padding.raw_rows if raw is not None else -1
         self.indices = {}
-        self.device = None
-        self.device_cu = None
+        self.cuda_plan = self.device = self.device_cu = None
 
     def index(self, name: str, device: torch.device, shift: int = 0):
         """An index tensor of the plan on `device`: "local", "gather", "pad_split" (raw row or -1
@@ -100,29 +107,45 @@ class _Entry:
         t = self.indices.get(key)
         if t is None:
             if name == "local":
-                t = torch.from_numpy(self.plan.local_index()).to(device)
+                t = torch.from_numpy(self.partition.local_index()).to(device)
             elif name == "gather":
-                t = torch.from_numpy(self.plan.gather_index()).to(device)
-            elif name == "pad_split":
-                t = torch.from_numpy(self.plan.pad_split_index(shift)).to(device)
+                t = torch.from_numpy(self.partition.gather_index()).to(device)
             else:
-                idx = torch.from_numpy(self.plan.pad_split_index(shift))
-                rows = torch.nonzero(idx >= 0).flatten()
-                t = (rows.to(device), idx[rows].to(device))
+                t = self.pad_split_index(shift)
+                if name == "pad_split_pairs":
+                    rows = torch.nonzero(t >= 0).flatten()
+                    t = (rows.to(device), t[rows].to(device))
+                else:
+                    t = t.to(device)
             self.indices[key] = t
         return t
 
+    def pad_split_index(self, shift: int) -> torch.Tensor:
+        """The raw row each local row reads, -1 for a pad; shift 1: the next token of the same
+        sequence (the label), -1 past its last real token (where the loss mask is 0)."""
+        if shift == 0:
+            return torch.from_numpy(_host.pad_split_index(self.padding, self.partition))
+        labels, mask = _host.shifted_labels(self.padding, self.partition, None, None, -1)
+        return torch.from_numpy(labels).masked_fill_(torch.from_numpy(mask) == 0, -1)
+
     def bind(self, device: torch.device):
-        """The plan, with device copies of its boundaries on `device` (kept alive here) set on it."""
+        """The CUDA plan, with device copies of the boundaries (kept alive here) on `device`."""
         if device != self.device:
-            padded = torch.tensor(self.plan.padded_cu_seqlens, dtype=torch.int64).to(device)
-            raw = None
-            if self.plan.has_padding:
-                raw = torch.tensor(self.plan.raw_cu_seqlens, dtype=torch.int64).to(device)
-                self.plan.set_device_raw_cu(raw.data_ptr(), raw.numel(), 8)
-            self.plan.set_device_cu(padded.data_ptr(), padded.numel(), 8)
-            self.device, self.device_cu = device, (padded, raw)
-        return self.plan
+            if _cuda is None:
+                raise ImportError("headroom.torch.cp: CUDA tensors need headroom._cuda; reinstall headroom with the "
+                                  "CUDA toolkit (nvcc) present")
+            if self.cuda_plan is None:
+                cp_size, cp_rank, layout, raw = self.args
+                self.cuda_plan = (_cuda.Plan(self.host_cu, cp_size, cp_rank, layout) if raw is None
+                                  else _cuda.Plan.from_raw(self.host_cu, cp_size, cp_rank, layout, *raw))
+            padded = torch.tensor(self.partition.global_cu_seqlens, dtype=torch.int64).to(device)
+            raw_cu = None
+            if self.padding is not None:
+                raw_cu = torch.tensor(self.host_cu, dtype=torch.int64).to(device)
+                self.cuda_plan.set_device_raw_cu(raw_cu.data_ptr(), raw_cu.numel(), 8)
+            self.cuda_plan.set_device_cu(padded.data_ptr(), padded.numel(), 8)
+            self.device, self.device_cu = device, (padded, raw_cu)
+        return self.cuda_plan
 
 
 # (id(cu_seqlens), plan key) -> (weak reference to the tensor, _Entry). A Partition registers its
@@ -142,23 +165,22 @@ def _register(cu: torch.Tensor, key: tuple, entry: _Entry) -> _Entry:
     return entry
 
 
-def _lookup(cu: torch.Tensor, key: tuple, build: Callable[[list], object], what: str) -> _Entry:
+def _lookup(cu: torch.Tensor, cp_size: int, cp_rank: int, layout: str, raw, what: str) -> _Entry:
+    key = (cp_size, cp_rank, layout, raw)
     hit = _plans.get((id(cu),) + key)
     if hit is not None and hit[0]() is cu and hit[1].version == cu._version:
         return hit[1]
-    return _register(cu, key, _Entry(build(_host_cu(cu, what).tolist()), cu._version))
+    entry = _Entry(_host_cu(cu, what).tolist(), cu._version, cp_size, cp_rank, _checked_layout(layout, what), raw)
+    return _register(cu, key, entry)
 
 
 def _padded_entry(cu: torch.Tensor, cp_size: int, cp_rank: int, layout: str, what: str) -> _Entry:
-    return _lookup(cu, ("padded", cp_size, cp_rank, layout),
-                   lambda host: _cuda.Plan(host, cp_size, cp_rank, _checked_layout(layout, what)), what)
+    return _lookup(cu, cp_size, cp_rank, layout, None, what)
 
 
 def _raw_entry(raw_cu: torch.Tensor, cp_size: int, cp_rank: int, layout: str, tp: int, extra: int,
                total_multiple: int, what: str) -> _Entry:
-    return _lookup(raw_cu, ("raw", cp_size, cp_rank, layout, tp, extra, total_multiple),
-                   lambda host: _cuda.Plan.from_raw(host, cp_size, cp_rank, _checked_layout(layout, what), tp, extra,
-                                                    total_multiple), what)
+    return _lookup(raw_cu, cp_size, cp_rank, layout, (tp, extra, total_multiple), what)
 
 
 # ---- input checks (before anything runs) -------------------------------------------------------------
@@ -250,8 +272,8 @@ def _element_bytes(value: torch.Tensor) -> bytes:
 def _pad_split_impl(raw, raw_cu_seqlens, cp_size, cp_rank, layout, tp, extra, total_multiple, pad_value, shift):
     e = _raw_entry(raw_cu_seqlens, cp_size, cp_rank, layout, tp, extra, total_multiple, _PAD_SPLIT)
     _check_rows(raw, e.raw_rows, _PAD_SPLIT, "raw input", "raw_cu_seqlens[-1]")
-    if shift < 0:
-        raise invalid_argument(f"{_PAD_SPLIT}: shift = {shift}, expected >= 0")
+    if shift not in (0, 1):
+        raise invalid_argument(f"{_PAD_SPLIT}: shift = {shift}, expected 0 (the rows) or 1 (next-token labels)")
     pad = torch.tensor(pad_value, dtype=raw.dtype)
     if raw.is_cpu:
         idx = e.index("pad_split", raw.device, shift)
@@ -448,9 +470,10 @@ class Partition:
     def __init__(self, cu_seqlens, cp_size: int, cp_rank: int, *, layout: str = "dual_chunk"):
         what = "headroom.torch.cp.Partition"
         self._cu = _host_cu(cu_seqlens, what)
-        self._raw_cu = None
-        self._raw_args = None
-        self._init(_cuda.Plan(self._cu.tolist(), int(cp_size), int(cp_rank), _checked_layout(layout, what)))
+        self._raw_cu = self._raw_plan = None
+        self._padded = _register(self._cu, (int(cp_size), int(cp_rank), layout, None),
+                                 _Entry(self._cu.tolist(), self._cu._version, int(cp_size), int(cp_rank),
+                                        _checked_layout(layout, what)))
 
     @classmethod
     def from_raw(cls, raw_cu_seqlens, cp_size: int, cp_rank: int, *, layout: str = "dual_chunk", tp: int = 1,
@@ -460,30 +483,20 @@ class Partition:
         what = "headroom.torch.cp.Partition.from_raw"
         self = cls.__new__(cls)
         self._raw_cu = _host_cu(raw_cu_seqlens, what)
-        self._raw_args = (int(cp_size), int(cp_rank), _checked_layout(layout, what), int(tp), int(extra),
-                          int(total_multiple))
-        plan = _cuda.Plan.from_raw(self._raw_cu.tolist(), *self._raw_args)
-        self._cu = torch.tensor(plan.padded_cu_seqlens, dtype=torch.int64)
-        self._init(plan)
-        _register(self._raw_cu, ("raw",) + self._raw_args, _Entry(plan, self._raw_cu._version))
+        key = (int(cp_size), int(cp_rank), _checked_layout(layout, what), (int(tp), int(extra), int(total_multiple)))
+        self._raw_plan = _register(self._raw_cu, key, _Entry(self._raw_cu.tolist(), self._raw_cu._version, *key))
+        self._cu = torch.from_numpy(self._raw_plan.padding.padded_cu_seqlens).clone()
+        self._padded = _register(self._cu, key[:3] + (None,),
+                                 _Entry(self._cu.tolist(), self._cu._version, *key[:3]))
         return self
 
-    def _init(self, plan) -> None:
-        self._plan = plan
-        self._cp_size = plan.cp_size
-        self._cp_rank = plan.cp_rank
-        self._layout = plan.layout
-        padded = plan if not plan.has_padding else _cuda.Plan(plan.padded_cu_seqlens, self._cp_size, self._cp_rank,
-                                                              self._layout)
-        _register(self._cu, ("padded", self._cp_size, self._cp_rank, self._layout), _Entry(padded, self._cu._version))
-
     # -- what it is
-    cp_size = property(lambda self: self._cp_size)
-    cp_rank = property(lambda self: self._cp_rank)
-    layout = property(lambda self: self._layout)
-    global_rows = property(lambda self: self._plan.global_rows, doc="Padded rows of the whole batch (T).")
-    local_rows = property(lambda self: self._plan.local_rows, doc="This rank's rows (T / cp_size).")
-    sequences = property(lambda self: self._plan.sequences)
+    cp_size = property(lambda self: self._padded.args[0])
+    cp_rank = property(lambda self: self._padded.args[1])
+    layout = property(lambda self: self._padded.args[2])
+    global_rows = property(lambda self: self._padded.global_rows, doc="Padded rows of the whole batch (T).")
+    local_rows = property(lambda self: self._padded.local_rows, doc="This rank's rows (T / cp_size).")
+    sequences = property(lambda self: self._padded.partition.sequences)
 
     @property
     def cu_seqlens(self) -> torch.Tensor:
@@ -493,60 +506,71 @@ class Partition:
     @property
     def local_cu_seqlens(self) -> torch.Tensor:
         """This rank's boundaries in its local buffer (int64, CPU)."""
-        return torch.tensor(self._plan.local_cu_seqlens, dtype=torch.int64)
+        return torch.from_numpy(self._padded.partition.local_cu_seqlens).clone()
+
+    @property
+    def raw_cu_seqlens(self) -> Optional[torch.Tensor]:
+        """The raw boundaries of :meth:`from_raw` (int64, CPU), else None."""
+        return self._raw_cu
 
     @property
     def raw_rows(self) -> int:
-        return self._plan.raw_rows
+        return self._raw_args("headroom.torch.cp.Partition.raw_rows")[0].raw_rows
 
     def for_rank(self, rank: int) -> "Partition":
         """The same batch seen from another rank."""
-        if self._raw_cu is not None:
-            a = self._raw_args
-            return Partition.from_raw(self._raw_cu, a[0], rank, layout=a[2], tp=a[3], extra=a[4], total_multiple=a[5])
-        return Partition(self._cu, self._cp_size, rank, layout=self._layout)
+        cp_size, _, layout, raw = (self._raw_plan or self._padded).args
+        if raw is not None:
+            return Partition.from_raw(self._raw_cu, cp_size, rank, layout=layout, tp=raw[0], extra=raw[1],
+                                      total_multiple=raw[2])
+        return Partition(self._cu, cp_size, rank, layout=layout)
 
     def local_index(self, device=None, dtype=torch.int64) -> torch.Tensor:
         """This rank's global source row of every local row (TE's partitioned indices)."""
-        return torch.from_numpy(self._plan.local_index()).to(device=device, dtype=dtype)
+        return torch.from_numpy(self._padded.partition.local_index()).to(device=device, dtype=dtype)
 
     def gather_index(self, device=None, dtype=torch.int64) -> torch.Tensor:
         """out[g] = rank_major[gather_index[g]] (AReaL's reassemble indices)."""
-        return torch.from_numpy(self._plan.gather_index()).to(device=device, dtype=dtype)
+        return torch.from_numpy(self._padded.partition.gather_index()).to(device=device, dtype=dtype)
 
     def __repr__(self) -> str:
-        return f"headroom.torch.cp.Partition({self._plan!r})"
+        plan = self._raw_plan or self._padded
+        return f"headroom.torch.cp.Partition({plan.partition!r}{' from ' + repr(plan.padding) if plan.padding else ''})"
 
     # -- ops
     def split(self, x: torch.Tensor) -> torch.Tensor:
         """Global padded [T, ...] -> this rank's [T/cp, ...]."""
-        return _call(_split_op, _split_impl, _split_grad, x, self._cu, self._cp_size, self._cp_rank, self._layout)
+        cp_size, cp_rank, layout, _ = self._padded.args
+        return _call(_split_op, _split_impl, _split_grad, x, self._cu, cp_size, cp_rank, layout)
 
     def split_adjoint(self, y: torch.Tensor) -> torch.Tensor:
         """This rank's [T/cp, ...] back to [T, ...], zeros in the rows other ranks hold."""
-        return _call(_split_adjoint_op, _split_adjoint_impl, _split_adjoint_grad, y, self._cu, self._cp_size,
-                     self._cp_rank, self._layout)
+        cp_size, cp_rank, layout, _ = self._padded.args
+        return _call(_split_adjoint_op, _split_adjoint_impl, _split_adjoint_grad, y, self._cu, cp_size, cp_rank,
+                     layout)
 
     def to_sequence_order(self, x: torch.Tensor) -> torch.Tensor:
         """Rank-major [T, ...] (an all-gather of every rank's local rows) -> sequence order."""
-        return _call(_to_sequence_order_op, _to_sequence_order_impl, _to_sequence_order_grad, x, self._cu,
-                     self._cp_size, self._layout)
+        cp_size, _, layout, _ = self._padded.args
+        return _call(_to_sequence_order_op, _to_sequence_order_impl, _to_sequence_order_grad, x, self._cu, cp_size,
+                     layout)
 
     def to_rank_order(self, x: torch.Tensor) -> torch.Tensor:
         """Sequence order -> rank-major (TE's thd_sequence_order_to_cp_rank_order)."""
-        return _call(_to_rank_order_op, _to_rank_order_impl, _to_rank_order_grad, x, self._cu, self._cp_size,
-                     self._layout)
+        cp_size, _, layout, _ = self._padded.args
+        return _call(_to_rank_order_op, _to_rank_order_impl, _to_rank_order_grad, x, self._cu, cp_size, layout)
 
-    def _raw(self, what: str):
-        if self._raw_cu is None:
+    def _raw_args(self, what: str):
+        if self._raw_plan is None:
             raise headroom.logic_error(f"{what}: this partition was built from padded cu_seqlens; use Partition.from_raw")
-        return self._raw_cu, self._raw_args
+        cp_size, cp_rank, layout, (tp, extra, total_multiple) = self._raw_plan.args
+        return self._raw_plan, (self._raw_cu, cp_size, cp_rank, layout, tp, extra, total_multiple)
 
     def pad_split(self, raw: torch.Tensor, pad_value: float = 0, shift: int = 0) -> torch.Tensor:
         """split(pad(raw)) in one pass from raw, unpadded [T_raw, ...]. shift = 1: the next token
         of the same sequence (labels), pad_value past each sequence's last real token."""
-        raw_cu, a = self._raw("headroom.torch.cp.Partition.pad_split")
-        return _call(_pad_split_op, _pad_split_impl, _pad_split_grad, raw, raw_cu, *a, float(pad_value), int(shift))
+        _, args = self._raw_args("headroom.torch.cp.Partition.pad_split")
+        return _call(_pad_split_op, _pad_split_impl, _pad_split_grad, raw, *args, float(pad_value), int(shift))
 
     def shifted_label_split(self, raw_ids: torch.Tensor, raw_loss_mask: Optional[torch.Tensor] = None,
                             pad_value: float = 0):

@@ -3,11 +3,9 @@
 // (headroom.torch.cp wraps it in torch custom ops). The CUDA runtime is linked statically and
 // nothing touches a device at import, so the module imports on machines without a GPU.
 //
-// Errors are headroom::error subclasses; headroom._core registers their Python classes, and the
-// translator below raises those same classes (imported from headroom._core), so
-// `except headroom.invalid_argument` catches errors from either module.
+// Errors are headroom::error subclasses, raised as headroom._core's classes (see the module
+// init), so `except headroom.invalid_argument` catches errors from either module.
 #include <nanobind/nanobind.h>
-#include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
 #include <nanobind/stl/vector.h>
@@ -17,7 +15,6 @@
 #include <utility>
 #include <vector>
 
-#include "headroom/core/error.hpp"
 #include "plan.hpp"
 
 namespace nb = nanobind;
@@ -25,44 +22,20 @@ using headroom::python::cuda::plan;
 
 namespace {
 
-using index_array = nb::ndarray<nb::numpy, std::int64_t, nb::ndim<1>>;
-
-index_array to_numpy(std::vector<std::int64_t>&& v) {
-  auto* owned = new std::vector<std::int64_t>(std::move(v));
-  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<std::int64_t>*>(p); });
-  return index_array(owned->data(), {owned->size()}, owner);
-}
-
 std::span<std::int64_t const> as_span(std::vector<std::int64_t> const& v) { return {v.data(), v.size()}; }
-
-/// Raises the Python class of `name` from headroom._core with `what`.
-void raise_as(char const* name, char const* what) {
-  nb::object cls = nb::module_::import_("headroom._core").attr(name);
-  PyErr_SetString(cls.ptr(), what);
-}
-
-void translate(std::exception_ptr const& p, void*) {
-  // Most derived first; each name is a class of headroom._core (errors.cpp).
-  try {
-    std::rethrow_exception(p);
-  } catch (headroom::invalid_argument const& e) {
-    raise_as("invalid_argument", e.what());
-  } catch (headroom::capacity_error const& e) {
-    raise_as("capacity_error", e.what());
-  } catch (headroom::logic_error const& e) {
-    raise_as("logic_error", e.what());
-  } catch (headroom::cuda_error const& e) {
-    raise_as("cuda_error", e.what());
-  } catch (headroom::error const& e) {
-    raise_as("error", e.what());
-  }
-}
 
 }  // namespace
 
 NB_MODULE(_cuda, m) {
   m.doc() = "headroom's CUDA kernels by raw pointer and stream (cp split / gather reorder / pad_split), no libtorch";
-  nb::register_exception_translator(translate);
+  // headroom::error and its subclasses become headroom._core's classes through the translators
+  // _core registered: nanobind keeps translators in its internals, shared by every module built
+  // with the same nanobind ABI, so an exception thrown here is matched by them. Importing _core
+  // makes sure they are registered (it fails only while stubs are generated from the build tree).
+  try {
+    nb::module_::import_("headroom._core");
+  } catch (nb::python_error const&) {  // holds (and drops) the ImportError: nothing is raised
+  }
 
   nb::class_<plan>(m, "Plan",
                    "One CP rank's plan for a packed batch: the partition of its padded cu_seqlens (and the padding, "
@@ -94,11 +67,6 @@ NB_MODULE(_cuda, m) {
       .def_prop_ro("padded_cu_seqlens", &plan::padded_cu_seqlens)
       .def_prop_ro("local_cu_seqlens", &plan::local_cu_seqlens)
       .def_prop_ro("raw_cu_seqlens", &plan::raw_cu_seqlens)
-      .def("local_index", [](plan const& p) { return to_numpy(p.local_index()); })
-      .def("gather_index", [](plan const& p) { return to_numpy(p.gather_index()); })
-      .def(
-          "pad_split_index", [](plan const& p, std::int64_t shift) { return to_numpy(p.pad_split_index(shift)); },
-          nb::arg("shift") = 0)
       .def(
           "set_device_cu",
           [](plan& p, std::uintptr_t data, std::int64_t size, int index_bytes) { p.set_device_cu({data, size, index_bytes}); },

@@ -1,4 +1,4 @@
-// headroom._cuda plan: the host half (validation and index plans); no CUDA here.
+// headroom._cuda plan: the host half (validation and sizes); no CUDA here.
 #include "plan.hpp"
 
 #include <utility>
@@ -87,32 +87,6 @@ std::string plan::describe() const {
   std::string out = std::visit([](auto const& p) { return p.describe(); }, partition_);
   if (padding_) out += " from " + padding_->describe();
   return out;
-}
-
-std::vector<std::int64_t> plan::local_index() const {
-  return std::visit([](auto const& p) { return p.local_index(); }, partition_);
-}
-std::vector<std::int64_t> plan::gather_index() const {
-  return std::visit([](auto const& p) { return p.gather_index(); }, partition_);
-}
-
-std::vector<std::int64_t> plan::pad_split_index(std::int64_t shift) const {
-  auto const& pd = padding("headroom._cuda.Plan.pad_split_index");
-  expects(shift >= 0, "headroom._cuda.Plan.pad_split_index: shift = ", shift, ", expected >= 0");
-  auto const rcu = pd.raw_cu_seqlens();
-  auto const pcu = pd.padded_cu_seqlens();
-  return std::visit(
-      [&](auto const& p) {
-        std::vector<std::int64_t> idx(static_cast<std::size_t>(p.local_rows()));
-        for (std::int64_t t = 0; t < p.local_rows(); ++t) {
-          auto const at = p.locate(t);
-          auto const s = static_cast<std::size_t>(at.sequence);
-          std::int64_t const o = at.global_row - pcu[s] + shift;
-          idx[static_cast<std::size_t>(t)] = o < rcu[s + 1] - rcu[s] ? rcu[s] + o : -1;
-        }
-        return idx;
-      },
-      partition_);
 }
 
 void plan::set_device_cu(device_boundaries cu) {

@@ -4,7 +4,8 @@
 // kernels take raw device pointers, row counts, a row width in elements, an element size and a
 // stream handle, so this module links no libtorch and serves every torch version.
 //
-// plan.cpp holds the host half (validation, index plans); launch.cu the kernel launches. This
+// plan.cpp holds the host half (validation, sizes); launch.cu the kernel launches. The index
+// plans for CPU tensors are headroom._core.cp's (the same C++ partition). This
 // header names no CUDA type, so module.cpp (nanobind) is compiled by the host compiler.
 #include <cstdint>
 #include <optional>
@@ -60,15 +61,6 @@ class plan {
   [[nodiscard]] std::vector<std::int64_t> local_cu_seqlens() const;
   [[nodiscard]] std::vector<std::int64_t> raw_cu_seqlens() const;  // the caller's raw boundaries
   [[nodiscard]] std::string describe() const;
-
-  // Index plans (host), for peers that take index tensors and for the CPU path.
-  /// This rank's global source row of every local row (TE's thd_get_partitioned_indices).
-  [[nodiscard]] std::vector<std::int64_t> local_index() const;
-  /// out[g] = rank_major[gather_index[g]] (AReaL's reassemble indices).
-  [[nodiscard]] std::vector<std::int64_t> gather_index() const;
-  /// pad_split's source: raw row of local row t `shift` tokens later in the same sequence, or
-  /// -1 for a pad (exactly what the kernel reads).
-  [[nodiscard]] std::vector<std::int64_t> pad_split_index(std::int64_t shift) const;
 
   // Device boundaries, set once per batch (before the first launch).
   void set_device_cu(device_boundaries cu);

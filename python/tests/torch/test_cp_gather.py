@@ -2,7 +2,6 @@
 gloo backend (CPU). Values in sequence order, the adjoint's gradient (x cp for a replicated
 loss, or local only), every gather_output policy, AReaL's gathers against headroom's."""
 import os
-import socket
 import sys
 
 import pytest
@@ -14,15 +13,9 @@ pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_avai
                                 reason="torch.distributed with gloo is not available")
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _worker(rank, world, port, areal_ok):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+def _worker(rank, world, store_file, areal_ok):
+    # A file store: no port to pick (and race for) on a shared machine.
+    dist.init_process_group("gloo", init_method=f"file://{store_file}", rank=rank, world_size=world)
     try:
         _checks(rank, world, areal_ok)
     finally:
@@ -124,11 +117,11 @@ def _areal_checks(rank, world, part, x, w):
 
 
 @pytest.mark.parametrize("world", [2, 4])
-def test_gather_over_gloo(world):
+def test_gather_over_gloo(world, tmp_path):
     sys.path.insert(0, os.path.dirname(__file__))
     from test_cp_dropins import _areal_source
 
     areal_ok = _areal_source()[0] is not None
-    mp.spawn(_worker, args=(world, _free_port(), areal_ok), nprocs=world, join=True)
+    mp.spawn(_worker, args=(world, str(tmp_path / "store"), areal_ok), nprocs=world, join=True)
     if not areal_ok:
         pytest.skip("gather checked; AReaL's gathers not compared (AReaL is not installed)")

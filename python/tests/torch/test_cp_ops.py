@@ -311,3 +311,12 @@ def test_pad_split_mostly_pads():
     expect = torch.full((4, 3), 2.5, dtype=torch.bfloat16)
     expect[0] = torch.tensor([7.0, 8.0, 9.0])
     assert torch.equal(out, expect)
+
+
+def test_cpu_path_needs_no_cuda_module(monkeypatch):
+    # CPU tensors use headroom._core's index plans only: a package built without nvcc runs them.
+    monkeypatch.setattr(cp, "_cuda", None)
+    p = cp.Partition.from_raw([0, 5, 12], 2, 1)
+    ids = torch.arange(12)
+    assert torch.equal(p.pad_split(ids, -1), p.split(cp.Partition([0, 8, 16], 2, 0).split_adjoint(
+        torch.zeros(8, dtype=torch.int64)) + torch.tensor([0, 1, 2, 3, 4, -1, -1, -1, 5, 6, 7, 8, 9, 10, 11, -1])))
