@@ -239,6 +239,11 @@ def test_errors_are_value_errors():
         plan = _cuda.Plan([0, 8], 2, 0)
         plan.set_device_cu(16, 2, 8)
         plan.split(16, 8, 4096, 4, 1, 3, 0)
+    # Every subclass keeps its class: _core's translators handle the errors _cuda throws.
+    with pytest.raises(headroom.logic_error, match="no device cu_seqlens; call set_device_cu first"):
+        _cuda.Plan([0, 8], 2, 0).split(16, 8, 4096, 4, 1, 4, 0)
+    with pytest.raises(headroom.invalid_argument, match="2 entries, the plan has 3 padded boundaries"):
+        _cuda.Plan([0, 4, 8], 2, 0).set_device_cu(16, 2, 8)
 
 
 def test_collect_output_none_is_local():
