@@ -13,7 +13,14 @@ from headroom.torch import cp
 from _cp_cases import DTYPES, random_padded_cu, random_raw_cu, random_tensor
 
 DEVICE = "cuda"
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the CUDA path needs a GPU")
+try:
+    from headroom import _cuda  # noqa: F401
+except ImportError:
+    _cuda = None
+pytestmark = [
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the CUDA path needs a GPU"),
+    pytest.mark.skipif(_cuda is None, reason="headroom was built without nvcc: no headroom._cuda"),
+]
 
 
 def _same(a, b):
