@@ -636,20 +636,35 @@ def gather(local: torch.Tensor, partition: Partition, group=None, *, gradient: s
         raise invalid_argument(f"{what}: gradient = {gradient!r}, expected 'reduce_scatter' or 'local'")
     if partition.cp_size == 1:
         return partition.to_sequence_order(local)
-    import torch.distributed as dist
-
     _check_group(partition, group, what)
     _check_rows(local, partition.local_rows, what, "local input", "this rank's rows")
-    if gradient == "local":
-        parts = [torch.empty_like(local) for _ in range(partition.cp_size)]
-        dist.all_gather(parts, local.detach(), group=group)
-        parts[partition.cp_rank] = local
-        flat = torch.cat(parts, 0)
-    else:
-        from torch.distributed.nn import functional as dist_nn
+    return _Gather.apply(local, partition, group, gradient == "reduce_scatter")
 
-        flat = torch.cat(dist_nn.all_gather(local, group=group), 0)
-    return partition.to_sequence_order(flat)
+
+class _Gather(torch.autograd.Function):
+    """all_gather_into_tensor (rank-major [T, ...]) then the reorder: one [T, ...] buffer besides
+    the result. Backward: the adjoint (reorder back, reduce-scatter), or this rank's rows only."""
+
+    @staticmethod
+    def forward(ctx, local, partition, group, reduce_scatter):
+        import torch.distributed as dist
+
+        ctx.partition, ctx.group, ctx.reduce_scatter = partition, group, reduce_scatter
+        rank_major = local.new_empty((partition.global_rows, *local.shape[1:]))
+        dist.all_gather_into_tensor(rank_major, local, group=group)
+        return partition.to_sequence_order(rank_major)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dy):
+        import torch.distributed as dist
+
+        p = ctx.partition
+        if not ctx.reduce_scatter:
+            return p.split(dy.contiguous()), None, None, None
+        dx = dy.new_empty((p.local_rows, *dy.shape[1:]))
+        dist.reduce_scatter_tensor(dx, p.to_rank_order(dy.contiguous()), group=ctx.group)
+        return dx, None, None, None
 
 
 class GatherOutput(str, enum.Enum):
