@@ -125,3 +125,12 @@ def test_index_plans_accept_lists_int32_int64_and_numpy_scalars():
 def test_bad_input_names_the_value(call, error, message):
     with pytest.raises(error, match=message):
         call()
+
+
+def test_padding_and_partition_accessors():
+    pd = cp.Padding([0, 3, 3, 10], 4)
+    assert (pd.sequences, pd.raw_sequences, pd.sequence_multiple, pd.has_dummy_sequence) == (3, 3, 4, False)
+    assert pd.padded_cu_seqlens.tolist() == [0, 4, 4, 12]  # lengths 3, 0, 7 -> 4, 0, 8
+    p = cp.partition(pd.padded_cu_seqlens, 2, 1)
+    assert (p.sequences, p.longest_sequence, p.global_cu_seqlens.tolist()) == (3, 8, [0, 4, 4, 12])
+    assert p.locate(0, rank=0) == (0, 0)

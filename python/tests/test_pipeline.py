@@ -110,3 +110,14 @@ def test_memory_model_per_retention():
 def test_bad_input_names_the_value(call, error, message):
     with pytest.raises(error, match=message):
         call()
+
+
+def test_shape_parse_cell_and_memory_plan_accessors():
+    shape = pipeline.Shape(2, 4, chunks=2)
+    assert (shape.virtual_stages(), shape.rank_of(3), shape.chunk_of(3), shape.group) == (4, 1, 1, 0)
+    assert repr(shape) == "Shape(p=2 m=4 v=2 g=2)"
+    cell = pipeline.pytorch.parse_cell("(1F0;2B3)OVERLAP_F_B")
+    assert [(a.kind, a.stage, a.microbatch, a.peer) for a in cell] == [("forward", 1, 0, -1), ("backward", 2, 3, -1)]
+    assert pipeline.pytorch.parse_cell("3WAIT_SEND_F1") == [] and pipeline.pytorch.parse_cell("") == []
+    m = pipeline.predict_memory(pipeline.schedule("gpipe", 2, 2), pipeline.StageBytes(activations=8, output=2), "none")
+    assert m.shape == pipeline.Shape(2, 2) and m.ranks[0].peak_action >= 0 and m.ranks[0].rank == 0

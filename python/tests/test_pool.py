@@ -216,3 +216,52 @@ def test_errors_are_the_package_classes():
         pool.plan(uniform(2), buffers=1)
     except headroom.error as e:
         assert type(e) is headroom.invalid_argument
+
+
+def test_torch_dtypes_are_read_without_importing_torch_in_the_core():
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    assert pool.bucket(torch.bfloat16, 4).dtype == "bfloat16"
+    assert pool.bucket(torch.float8_e4m3fn, 4).dtype == "uint8"  # fp8 stored as bytes, as Megatron does
+    assert pool.bucket(torch.int64, 2).bytes == 16
+    with pytest.raises(headroom.invalid_argument, match="dtype = torch.complex64"):
+        pool.bucket(torch.complex64, 1)
+
+
+def test_leases_belong_to_their_pool():
+    w = uniform(2)
+    one, two = pool.HostUnitPool(pool.plan(w)), pool.HostUnitPool(pool.plan(w))
+    lease = one.acquire(1)
+    with pytest.raises(headroom.invalid_argument, match="belongs to another pool"):
+        two.release(lease)
+    one.release(lease)
+    with pytest.raises(headroom.logic_error, match="lease is empty"):
+        lease.index
+    with pytest.raises(headroom.invalid_argument, match="non-unit bucket 0 out of range"):
+        one.acquire_non_unit(0)  # uniform() has no non-unit buckets
+
+
+def test_non_unit_buckets_live_outside_the_arena():
+    w = pool.workload("w", [[("bf16", 8)], [("bf16", 8)]], non_unit=[("f32", 100)])
+    hp = pool.HostUnitPool(pool.plan(w))
+    n = hp.acquire_non_unit(0)
+    assert (n.kind, n.index, len(n), n.nbytes(0)) == ("non_unit", 0, 1, 400)
+    assert n.slot(0) is None and hp.offset(n, 0) is None
+    assert hp.stats["fallback_bytes_in_use"] == 400
+    hp.release(n)
+    assert hp.stats["fallback_bytes_in_use"] == 0
+
+
+def test_plan_sums_and_orders_validation():
+    w = pool.workload("mixed", [[("bf16", 8)], [("bf16", 8)], [("bf16", 16)]], non_unit=[("f32", 3)])
+    p = pool.plan(w, "fixed")
+    assert (p.unit_count(), p.pooled_units()) == (3, 2)
+    assert (p.unpooled_unit_bytes(), p.non_unit_total_bytes(), p.fallback_bytes()) == (32, 12, 44)
+    assert p.group_bytes() == 16 and p.non_unit_bytes == [12]
+    s = p.shapes[0]
+    assert (s.category_name, s.ordinal, s.bytes, s.defining_unit, s.defining_bucket) == ("bfloat16", 0, 16, 0, 0)
+    assert [(x.group, x.shape, x.offset, x.bytes) for x in p.slots] == [(0, 0, 0, 16), (1, 0, 256, 16)]
+    pool.validate_orders(3, [pool.training_order(3)], 2)
+    with pytest.raises(headroom.invalid_argument, match="unit 2 is missing from every execution order"):
+        pool.validate_orders(3, pool.order("o", [0, 1]), 2)
+    assert [c[0] for c in pool.models.reference_cases()][:2] == ["Nemotron-H-4B", "Nemotron-H-8B"]
+    assert pool.evaluation_order(w).units == [0, 1, 2] and len(pool.training_order(w, "t")) == 6

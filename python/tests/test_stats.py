@@ -128,3 +128,10 @@ def test_mismatched_reports_raise_collective_mismatch_on_every_rank():
 def test_bad_input_names_the_value(call, error, message):
     with pytest.raises(error, match=message):
         call()
+
+
+def test_reduce_plan_sizes():
+    p = stats.ReducePlan(5)
+    assert (p.capacity, p.max_words(), p.gather_words_per_rank(), p.gather_words(4)) == (5, 11, 8, 32)
+    assert str(p).startswith("stats::reduce_plan{capacity 5 keys") and p == stats.ReducePlan(5)
+    assert len(stats.pack_gather({"a": 1}, p)) == 8

@@ -107,3 +107,15 @@ def test_torch_memory_viz_accepts_the_snapshot():
 def test_bad_input_names_the_value(call, error, message):
     with pytest.raises(error, match=message):
         call()
+
+
+def test_clear_events_and_counters():
+    rec = trace.Recorder(max_live=2)
+    rec.start()
+    rec.record("alloc", 0x100, 8)
+    rec.record("alloc", 0x200, 8)
+    rec.record("alloc", 0x300, 8)  # no room in the live table
+    s = rec.snapshot()
+    assert s.untracked == 1 and s.overlapping == 0 and s.device == 0
+    rec.clear_events()
+    assert [e["action"] for e in rec.snapshot().trace] == []

@@ -1,10 +1,11 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include "headroom/pipeline/pytorch_format.hpp"
+
 #include <doctest/doctest.h>
 
 #include <string>
 #include <vector>
 
-#include "headroom/pipeline/pytorch_format.hpp"
 #include "headroom/pipeline/schedules.hpp"
 
 using namespace headroom;
@@ -80,7 +81,7 @@ TEST_CASE("bad rows throw naming the rank, column and text") {
   CHECK(bad({{"(0F0;0B0)FOO"}}).find("groups actions under 'FOO'") != std::string::npos);
   CHECK(bad({{"0F0", "0B0"}, {"2F0"}}).find("stages 0..2 over 2 ranks") != std::string::npos);
   CHECK(bad({}).find("no rows") != std::string::npos);
-  CHECK(bad({{"0F0"}, {"1F0", "1B0"}}).find("backward") != std::string::npos);  // rank 0 misses B0
+  CHECK(bad({{"0F0"}, {"1F0", "1B0"}}).find("backward") != std::string::npos);     // rank 0 misses B0
   CHECK(bad({{"1F0", "1B0"}, {"0F0", "0B0"}}).find("rank") != std::string::npos);  // stages on the wrong ranks
   CHECK(bad({{"0F0", "0SEND_F0", "0RECV_B0", "0B0"}, {"1RECV_F0", "1F0", "1B0"}}).find("rank 1") != std::string::npos);
   CHECK(error_of<invalid_argument>([] {

@@ -1,11 +1,12 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include "headroom/pool/fingerprint.hpp"
+
 #include <doctest/doctest.h>
 
 #include <cstdint>
 #include <set>
 #include <vector>
 
-#include "headroom/pool/fingerprint.hpp"
 #include "headroom/pool/interval.hpp"
 #include "headroom/pool/models.hpp"
 #include "substrate.hpp"

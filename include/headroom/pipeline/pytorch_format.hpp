@@ -117,7 +117,8 @@ inline constexpr type_entry type_table[] = {
 [[nodiscard]] inline std::string_view trim(std::string_view s) noexcept {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r' || s.front() == '\n'))
     s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n')) s.remove_suffix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n'))
+    s.remove_suffix(1);
   return s;
 }
 
@@ -233,8 +234,8 @@ inline void parse_single(std::string_view text, std::string_view where, std::vec
               a.stage, "; expected a stage below p·v = ", sh.virtual_stages());
       if (!is_compute(a.kind)) {
         a.peer = headroom::pipeline::detail::expected_peer(sh, a);
-        expects(a.peer >= 0, "pipeline::pytorch: rank ", r, " action ", to_string(a), " transfers past stage ",
-                a.stage, " of ", sh.virtual_stages(), "; there is no neighbouring stage there");
+        expects(a.peer >= 0, "pipeline::pytorch: rank ", r, " action ", to_string(a), " transfers past stage ", a.stage,
+                " of ", sh.virtual_stages(), "; there is no neighbouring stage there");
       }
     }
   if (!transfers) return place_transfers(std::move(name), sh, lists);

@@ -10,16 +10,17 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
+#include <nanobind/stl/vector.h>
 
 #include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
-#include <utility>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "headroom/core/dtype.hpp"
@@ -28,6 +29,12 @@
 namespace headroom::python {
 
 namespace nb = nanobind;
+
+/// Arguments taken as any Python object and checked by the functions below (so that a bad value
+/// gets a message naming it), typed for the stubs as what they accept.
+using int_arg = nb::typed<nb::handle, int>;
+using str_arg = nb::typed<nb::handle, std::string>;
+using int_list_arg = nb::typed<nb::handle, std::vector<std::int64_t>>;
 
 /// repr() of a Python value, for messages.
 [[nodiscard]] inline std::string repr_of(nb::handle h) {
@@ -72,7 +79,8 @@ namespace nb = nanobind;
 /// A sequence (list, tuple, numpy array...) of non-negative integers.
 [[nodiscard]] inline std::vector<std::size_t> as_size_list(nb::handle h, std::string_view what) {
   if (PyUnicode_Check(h.ptr()) || PyBytes_Check(h.ptr()) || !PySequence_Check(h.ptr()))
-    throw nb::type_error(headroom::detail::concat(what, " = ", repr_of(h), "; expected a sequence of integers").c_str());
+    throw nb::type_error(
+        headroom::detail::concat(what, " = ", repr_of(h), "; expected a sequence of integers").c_str());
   std::vector<std::size_t> out;
   std::size_t i = 0;
   for (nb::handle item : h) {
@@ -102,7 +110,8 @@ namespace nb = nanobind;
 
 /// An element type: headroom's names ("bfloat16", "uint8"), short ones ("bf16", "fp16", "f32",
 /// "u8", "fp8": stored as uint8 as Megatron does), or anything whose str() is such a name
-/// (numpy.dtype("float32"), torch.bfloat16: "torch." is dropped), so no torch import is needed.
+/// (numpy.dtype("float32"), torch.bfloat16: "torch." is dropped; torch.float8_* are uint8), so no
+/// torch import is needed.
 [[nodiscard]] inline dtype as_dtype(nb::handle h, std::string_view what = "dtype") {
   std::string name;
   if (nb::isinstance<nb::str>(h)) {
@@ -117,17 +126,17 @@ namespace nb = nanobind;
     dtype type;
   };
   static constexpr alias aliases[] = {
-      {"u8", dtype::u8},   {"fp8", dtype::u8},       {"float8", dtype::u8},   {"i8", dtype::i8},
-      {"i32", dtype::i32}, {"int", dtype::i64},       {"u32", dtype::u32},     {"i64", dtype::i64},
-      {"u64", dtype::u64}, {"f16", dtype::f16},       {"fp16", dtype::f16},    {"half", dtype::f16},
-      {"bf16", dtype::bf16}, {"f32", dtype::f32},     {"fp32", dtype::f32},    {"float", dtype::f32},
-      {"f64", dtype::f64}, {"fp64", dtype::f64},      {"double", dtype::f64},
+      {"u8", dtype::u8},     {"fp8", dtype::u8},   {"float8", dtype::u8}, {"i8", dtype::i8},      {"i32", dtype::i32},
+      {"int", dtype::i64},   {"u32", dtype::u32},  {"i64", dtype::i64},   {"u64", dtype::u64},    {"f16", dtype::f16},
+      {"fp16", dtype::f16},  {"half", dtype::f16}, {"bf16", dtype::bf16}, {"f32", dtype::f32},    {"fp32", dtype::f32},
+      {"float", dtype::f32}, {"f64", dtype::f64},  {"fp64", dtype::f64},  {"double", dtype::f64},
   };
   for (auto t : {dtype::u8, dtype::i8, dtype::i32, dtype::u32, dtype::i64, dtype::u64, dtype::f16, dtype::bf16,
                  dtype::f32, dtype::f64})
     if (name_of(t) == name) return t;
   for (auto const& a : aliases)
     if (a.name == name) return a.type;
+  if (name.rfind("float8_", 0) == 0) return dtype::u8;  // torch.float8_e4m3fn, ...: fp8 is stored as bytes
   std::string known;
   for (auto t : {dtype::u8, dtype::i8, dtype::i32, dtype::u32, dtype::i64, dtype::u64, dtype::f16, dtype::bf16,
                  dtype::f32, dtype::f64})
@@ -168,7 +177,8 @@ using int64_matrix = nb::ndarray<nb::numpy, std::int64_t, nb::ndim<2>>;
     throw invalid_argument(headroom::detail::concat(what, " has ", nb::cast<long>(h.attr("ndim")),
                                                     " dimensions; expected a 1-d array of integers"));
   if (PyUnicode_Check(h.ptr()) || PyBytes_Check(h.ptr()) || !PySequence_Check(h.ptr()))
-    throw nb::type_error(headroom::detail::concat(what, " = ", repr_of(h), "; expected a 1-d sequence of integers").c_str());
+    throw nb::type_error(
+        headroom::detail::concat(what, " = ", repr_of(h), "; expected a 1-d sequence of integers").c_str());
   std::vector<std::int64_t> out;
   std::size_t i = 0;
   for (nb::handle item : h) {

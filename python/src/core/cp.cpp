@@ -2,9 +2,11 @@
 // global rows a rank holds, where raw rows and next-token labels land) as numpy int64 arrays
 // that torch.index_select / numpy.take can use. python/headroom/cp.py is the Pythonic layer.
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
 
 #include <cstdint>
 #include <numeric>
@@ -51,17 +53,15 @@ std::vector<std::int64_t> iota(std::int64_t n) {
 
 /// Next-token labels and loss mask of this rank (cp::shifted_label_split) for 1-d raw ids.
 std::pair<int64_array, int64_array> shifted_labels(cp::padding const& pd, any_partition const& ap,
-                                                    std::vector<std::int64_t> const& raw_ids,
-                                                    std::vector<std::int64_t> const& raw_mask,
-                                                    std::int64_t pad_value) {
+                                                   std::vector<std::int64_t> const& raw_ids,
+                                                   std::vector<std::int64_t> const& raw_mask, std::int64_t pad_value) {
   return ap.visit([&](auto const& p) {
     std::vector<std::int64_t> labels(static_cast<std::size_t>(p.local_rows()));
     std::vector<std::int64_t> mask(static_cast<std::size_t>(p.local_rows()));
-    cp::shifted_label_split(pd, p,
-                            cp::matrix_view<std::int64_t const>(raw_ids.data(),
-                                                                static_cast<std::int64_t>(raw_ids.size()), 1),
-                            cp::matrix_view<std::int64_t>(labels.data(), p.local_rows(), 1),
-                            std::span<std::int64_t const>(raw_mask), std::span<std::int64_t>(mask), pad_value);
+    cp::shifted_label_split(
+        pd, p, cp::matrix_view<std::int64_t const>(raw_ids.data(), static_cast<std::int64_t>(raw_ids.size()), 1),
+        cp::matrix_view<std::int64_t>(labels.data(), p.local_rows(), 1), std::span<std::int64_t const>(raw_mask),
+        std::span<std::int64_t>(mask), pad_value);
     return std::pair{to_numpy(std::move(labels)), to_numpy(std::move(mask))};
   });
 }
@@ -73,7 +73,7 @@ void bind_cp(nb::module_& m) {
 
   sub.def(
       "alignment_for",
-      [](nb::handle layout, nb::handle cp, nb::handle tp, nb::handle extra) {
+      [](str_arg layout, int_arg cp, int_arg tp, int_arg extra) {
         int const c = as_int(cp, "cp"), t = as_int(tp, "tp");
         std::int64_t const e = as_i64(extra, "extra");
         return layout_of(layout) == 0 ? cp::alignment_for<cp::dual_chunk>(c, t, e)
@@ -83,7 +83,7 @@ void bind_cp(nb::module_& m) {
       "Per-sequence padding multiple of a layout at CP size cp (and TP size tp, extra multiple).");
   sub.def(
       "total_multiple",
-      [](nb::handle layout, nb::handle cp) {
+      [](str_arg layout, int_arg cp) {
         int const c = as_int(cp, "cp");
         expects(c >= 1, "cp = ", c, "; expected >= 1");
         return layout_of(layout) == 0 ? cp::dual_chunk::total_multiple(c) : cp::contiguous::total_multiple(c);
@@ -93,7 +93,7 @@ void bind_cp(nb::module_& m) {
   nb::class_<cp::padding>(sub, "Padding", "Raw packed boundaries -> padded ones every layout can cut evenly.")
       .def(
           "__init__",
-          [](cp::padding* self, nb::handle raw, nb::handle sequence_multiple, nb::handle total_multiple) {
+          [](cp::padding* self, int_list_arg raw, int_arg sequence_multiple, int_arg total_multiple) {
             new (self) cp::padding(as_i64_vector(raw, "raw cu_seqlens"), as_i64(sequence_multiple, "sequence_multiple"),
                                    as_i64(total_multiple, "total_multiple"));
           },
@@ -105,33 +105,38 @@ void bind_cp(nb::module_& m) {
       .def_prop_ro("has_dummy_sequence", &cp::padding::has_dummy_sequence)
       .def_prop_ro("pad_rows", &cp::padding::pad_rows)
       .def_prop_ro("sequence_multiple", &cp::padding::sequence_multiple)
-      .def_prop_ro("raw_cu_seqlens", [](cp::padding const& p) { return to_numpy(p.raw_cu_seqlens()); }, nb::rv_policy::move)
-      .def_prop_ro("padded_cu_seqlens", [](cp::padding const& p) { return to_numpy(p.padded_cu_seqlens()); },
-                   nb::rv_policy::move)
-      .def("raw_to_padded", [](cp::padding const& p) { return to_numpy(p.raw_to_padded()); },
-           "Padded row of every raw row.")
-      .def("padded_to_raw", [](cp::padding const& p) { return to_numpy(p.padded_to_raw()); },
-           "Raw row of every padded row, -1 for pads.")
+      .def_prop_ro(
+          "raw_cu_seqlens", [](cp::padding const& p) { return to_numpy(p.raw_cu_seqlens()); }, nb::rv_policy::move)
+      .def_prop_ro(
+          "padded_cu_seqlens", [](cp::padding const& p) { return to_numpy(p.padded_cu_seqlens()); },
+          nb::rv_policy::move)
       .def(
-          "padded_row", [](cp::padding const& p, nb::handle r) { return p.padded_row(as_i64(r, "raw row")); },
+          "raw_to_padded", [](cp::padding const& p) { return to_numpy(p.raw_to_padded()); },
+          "Padded row of every raw row.")
+      .def(
+          "padded_to_raw", [](cp::padding const& p) { return to_numpy(p.padded_to_raw()); },
+          "Raw row of every padded row, -1 for pads.")
+      .def(
+          "padded_row", [](cp::padding const& p, int_arg r) { return p.padded_row(as_i64(r, "raw row")); },
           nb::arg("raw_row"))
       .def(
-          "raw_row", [](cp::padding const& p, nb::handle r) { return p.raw_row(as_i64(r, "padded row")); },
+          "raw_row", [](cp::padding const& p, int_arg r) { return p.raw_row(as_i64(r, "padded row")); },
           nb::arg("padded_row"), "Raw row of a padded row, or -1 for a pad.")
       .def("__repr__", &cp::padding::describe);
 
   nb::class_<any_partition>(sub, "Partition", "One CP rank's share of a packed, padded batch.")
       .def(
           "__init__",
-          [](any_partition* self, nb::handle cu, nb::handle cp_size, nb::handle cp_rank, nb::handle layout) {
+          [](any_partition* self, int_list_arg cu, int_arg cp_size, int_arg cp_rank, str_arg layout) {
             new (self) any_partition(make_partition(as_i64_vector(cu, "padded cu_seqlens"), as_int(cp_size, "cp_size"),
                                                     as_int(cp_rank, "cp_rank"), layout_of(layout)));
           },
           nb::arg("padded_cu_seqlens"), nb::arg("cp_size"), nb::arg("cp_rank"), nb::arg("layout") = "dual_chunk")
-      .def_prop_ro("layout",
-                   [](any_partition const& a) {
-                     return a.visit([](auto const& p) { return std::string(std::decay_t<decltype(p)>::layout_type::name); });
-                   })
+      .def_prop_ro(
+          "layout",
+          [](any_partition const& a) {
+            return a.visit([](auto const& p) { return std::string(std::decay_t<decltype(p)>::layout_type::name); });
+          })
       .def_prop_ro("cp_size", [](any_partition const& a) { return a.visit([](auto const& p) { return p.cp_size(); }); })
       .def_prop_ro("cp_rank", [](any_partition const& a) { return a.visit([](auto const& p) { return p.cp_rank(); }); })
       .def_prop_ro("sequences",
@@ -142,26 +147,24 @@ void bind_cp(nb::module_& m) {
                    [](any_partition const& a) { return a.visit([](auto const& p) { return p.local_rows(); }); })
       .def_prop_ro("longest_sequence",
                    [](any_partition const& a) { return a.visit([](auto const& p) { return p.longest_sequence(); }); })
-      .def_prop_ro("global_cu_seqlens",
-                   [](any_partition const& a) {
-                     return a.visit([](auto const& p) { return to_numpy(p.global_cu_seqlens()); });
-                   },
-                   nb::rv_policy::move)
-      .def_prop_ro("local_cu_seqlens",
-                   [](any_partition const& a) {
-                     return a.visit([](auto const& p) { return to_numpy(p.local_cu_seqlens()); });
-                   },
-                   nb::rv_policy::move)
+      .def_prop_ro(
+          "global_cu_seqlens",
+          [](any_partition const& a) { return a.visit([](auto const& p) { return to_numpy(p.global_cu_seqlens()); }); },
+          nb::rv_policy::move)
+      .def_prop_ro(
+          "local_cu_seqlens",
+          [](any_partition const& a) { return a.visit([](auto const& p) { return to_numpy(p.local_cu_seqlens()); }); },
+          nb::rv_policy::move)
       .def(
           "for_rank",
-          [](any_partition const& a, nb::handle r) {
+          [](any_partition const& a, int_arg r) {
             int const rank = as_int(r, "rank");
             return a.visit([&](auto const& p) { return any_partition{p.for_rank(rank)}; });
           },
           nb::arg("rank"), "The same batch seen from another rank.")
       .def(
           "locate",
-          [](any_partition const& a, nb::handle row, nb::handle rank) {
+          [](any_partition const& a, int_arg row, nb::typed<nb::handle, int> rank) {
             std::int64_t const t = as_i64(row, "local row");
             return a.visit([&](auto const& p) {
               auto const l = rank.is_none() ? p.locate(t) : p.locate(as_int(rank, "rank"), t);
@@ -171,7 +174,7 @@ void bind_cp(nb::module_& m) {
           nb::arg("local_row"), nb::arg("rank") = nb::none(), "(global row, sequence) of a local row.")
       .def(
           "owner",
-          [](any_partition const& a, nb::handle row) {
+          [](any_partition const& a, int_arg row) {
             std::int64_t const g = as_i64(row, "global row");
             return a.visit([&](auto const& p) {
               auto const o = p.owner(g);
@@ -179,13 +182,15 @@ void bind_cp(nb::module_& m) {
             });
           },
           nb::arg("global_row"), "(rank, local row) holding a global row.")
-      .def("local_index",
-           [](any_partition const& a) { return a.visit([](auto const& p) { return to_numpy(p.local_index()); }); },
-           "Global padded row of every local row: local = global.index_select(0, local_index).")
-      .def("gather_index",
-           [](any_partition const& a) { return a.visit([](auto const& p) { return to_numpy(p.gather_index()); }); },
-           "Row of the rank-major all-gather output for every global row: "
-           "sequence_order = gathered.index_select(0, gather_index).")
+      .def(
+          "local_index",
+          [](any_partition const& a) { return a.visit([](auto const& p) { return to_numpy(p.local_index()); }); },
+          "Global padded row of every local row: local = global.index_select(0, local_index).")
+      .def(
+          "gather_index",
+          [](any_partition const& a) { return a.visit([](auto const& p) { return to_numpy(p.gather_index()); }); },
+          "Row of the rank-major all-gather output for every global row: "
+          "sequence_order = gathered.index_select(0, gather_index).")
       .def("same_batch",
            [](any_partition const& a, any_partition const& b) {
              return a.p.index() == b.p.index() &&
@@ -208,9 +213,10 @@ void bind_cp(nb::module_& m) {
       "Raw row of every local row of the padded batch, -1 for pads (cp::pad_split on row numbers).");
   sub.def(
       "shifted_labels",
-      [](cp::padding const& pd, any_partition const& a, nb::handle raw_ids, nb::handle raw_loss_mask,
-         nb::handle pad_value) {
-        std::vector<std::int64_t> const ids = raw_ids.is_none() ? iota(pd.raw_rows()) : as_i64_vector(raw_ids, "raw ids");
+      [](cp::padding const& pd, any_partition const& a, nb::typed<nb::handle, std::vector<std::int64_t>> raw_ids,
+         nb::typed<nb::handle, std::vector<std::int64_t>> raw_loss_mask, int_arg pad_value) {
+        std::vector<std::int64_t> const ids =
+            raw_ids.is_none() ? iota(pd.raw_rows()) : as_i64_vector(raw_ids, "raw ids");
         std::vector<std::int64_t> const mask =
             raw_loss_mask.is_none() ? std::vector<std::int64_t>{} : as_i64_vector(raw_loss_mask, "raw loss mask");
         return shifted_labels(pd, a, ids, mask, as_i64(pad_value, "pad_value"));

@@ -35,7 +35,7 @@ std::string printed(T const& v) {
   return os.str();
 }
 
-pipeline_shape shape_of(nb::handle stages, nb::handle microbatches, nb::handle chunks, nb::handle group) {
+pipeline_shape shape_of(int_arg stages, int_arg microbatches, int_arg chunks, int_arg group) {
   pipeline_shape s{as_int(stages, "stages"), as_int(microbatches, "microbatches"), as_int(chunks, "chunks"),
                    as_int(group, "group")};
   s.check("pipeline shape");
@@ -44,13 +44,14 @@ pipeline_shape shape_of(nb::handle stages, nb::handle microbatches, nb::handle c
 
 action_kind kind_of(nb::handle h) {
   return static_cast<action_kind>(as_choice(h, "action kind",
-                                            {"forward", "backward", "backward_input", "backward_weight",
-                                             "send_forward", "recv_forward", "send_backward", "recv_backward"}));
+                                            {"forward", "backward", "backward_input", "backward_weight", "send_forward",
+                                             "recv_forward", "send_backward", "recv_backward"}));
 }
 
 std::vector<std::vector<action>> rank_lists(nb::handle h, char const* what) {
   if (!PySequence_Check(h.ptr()) || nb::isinstance<nb::str>(h))
-    throw nb::type_error(headroom::detail::concat(what, " = ", repr_of(h), "; expected one list of Actions per rank").c_str());
+    throw nb::type_error(
+        headroom::detail::concat(what, " = ", repr_of(h), "; expected one list of Actions per rank").c_str());
   std::vector<std::vector<action>> out;
   std::size_t r = 0;
   for (nb::handle row : h) {
@@ -91,7 +92,7 @@ std::vector<std::vector<std::string>> string_rows(nb::handle h) {
   return out;
 }
 
-schedule generate(nb::handle kind, pipeline_shape const& shape) {
+schedule generate(str_arg kind, pipeline_shape const& shape) {
   switch (as_choice(kind, "schedule kind", {"gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1"})) {
     case 0: return make_schedule<gpipe>(shape);
     case 1: return make_schedule<one_f_one_b>(shape);
@@ -100,7 +101,7 @@ schedule generate(nb::handle kind, pipeline_shape const& shape) {
   }
 }
 
-memory_plan predict(schedule const& s, model_bytes const& bytes, nb::handle retention) {
+memory_plan predict(schedule const& s, model_bytes const& bytes, str_arg retention) {
   switch (as_choice(retention, "retention", {"all", "reduced", "none"})) {
     case 0: return predict_memory(s, bytes, retention::all{});
     case 1: return predict_memory(s, bytes, retention::reduced{});
@@ -121,7 +122,7 @@ void bind_pipeline(nb::module_& m) {
   nb::class_<pipeline_shape>(sub, "Shape", "p ranks (stages), m micro-batches, v chunks per rank, group g (0: p).")
       .def(
           "__init__",
-          [](pipeline_shape* self, nb::handle p, nb::handle mb, nb::handle v, nb::handle g) {
+          [](pipeline_shape* self, int_arg p, int_arg mb, int_arg v, int_arg g) {
             new (self) pipeline_shape(shape_of(p, mb, v, g));
           },
           nb::arg("stages"), nb::arg("microbatches"), nb::arg("chunks") = 1, nb::arg("group") = 0)
@@ -138,9 +139,9 @@ void bind_pipeline(nb::module_& m) {
   nb::class_<action>(sub, "Action", "One step of one rank: a computation or a transfer of a virtual stage.")
       .def(
           "__init__",
-          [](action* self, nb::handle kind, nb::handle microbatch, nb::handle stage, nb::handle peer) {
-            new (self) action{kind_of(kind), as_int(microbatch, "microbatch"), as_int(stage, "stage"),
-                              as_int(peer, "peer")};
+          [](action* self, str_arg kind, int_arg microbatch, int_arg stage, int_arg peer) {
+            new (self)
+                action{kind_of(kind), as_int(microbatch, "microbatch"), as_int(stage, "stage"), as_int(peer, "peer")};
           },
           nb::arg("kind"), nb::arg("microbatch"), nb::arg("stage"), nb::arg("peer") = -1)
       .def_prop_ro("kind", [](action const& a) { return std::string(name_of(a.kind)); })
@@ -148,7 +149,8 @@ void bind_pipeline(nb::module_& m) {
       .def_ro("stage", &action::stage)
       .def_ro("peer", &action::peer)
       .def_prop_ro("is_compute", [](action const& a) { return is_compute(a.kind); })
-      .def("pytorch", [](action const& a) { return pytorch::to_string(a); }, "PyTorch's _Action text: '0F1'.")
+      .def(
+          "pytorch", [](action const& a) { return pytorch::to_string(a); }, "PyTorch's _Action text: '0F1'.")
       .def(nb::self == nb::self)
       .def("__str__", [](action const& a) { return printed(a); })
       .def("__repr__", [](action const& a) { return "Action(" + printed(a) + ")"; });
@@ -156,7 +158,8 @@ void bind_pipeline(nb::module_& m) {
   nb::class_<schedule>(sub, "Schedule", "Every rank's action list for one step (validated before use).")
       .def(
           "__init__",
-          [](schedule* self, std::string name, pipeline_shape const& shape, nb::handle ranks) {
+          [](schedule* self, std::string name, pipeline_shape const& shape,
+             nb::typed<nb::handle, std::vector<std::vector<action>>> ranks) {
             new (self) schedule(std::move(name), shape, rank_lists(ranks, "ranks"));
           },
           nb::arg("name"), nb::arg("shape"), nb::arg("ranks"))
@@ -165,7 +168,7 @@ void bind_pipeline(nb::module_& m) {
       .def_prop_ro("ranks", [](schedule const& s) { return s.ranks(); })
       .def(
           "actions",
-          [](schedule const& s, nb::handle r) {
+          [](schedule const& s, int_arg r) {
             auto const a = s.actions(as_int(r, "rank"));
             return std::vector<action>(a.begin(), a.end());
           },
@@ -177,30 +180,29 @@ void bind_pipeline(nb::module_& m) {
 
   sub.def(
       "make_schedule",
-      [](nb::handle kind, nb::handle p, nb::handle mb, nb::handle v, nb::handle g) {
-        return generate(kind, shape_of(p, mb, v, g));
-      },
+      [](str_arg kind, int_arg p, int_arg mb, int_arg v, int_arg g) { return generate(kind, shape_of(p, mb, v, g)); },
       nb::arg("kind"), nb::arg("stages"), nb::arg("microbatches"), nb::arg("chunks") = 1, nb::arg("group") = 0,
       "gpipe, one_f_one_b, interleaved_1f1b or zb_h1 for the shape.");
   sub.attr("schedule_kinds") = nb::make_tuple("gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1");
   sub.def(
       "place_transfers",
-      [](std::string name, pipeline_shape const& shape, nb::handle orders) {
+      [](std::string name, pipeline_shape const& shape,
+         nb::typed<nb::handle, std::vector<std::vector<action>>> orders) {
         return place_transfers(std::move(name), shape, rank_lists(orders, "compute orders"));
       },
       nb::arg("name"), nb::arg("shape"), nb::arg("compute_orders"),
       "A schedule from per-rank compute orders, transfers placed as the generators place theirs.");
   sub.def("find_problem", &find_problem, nb::arg("schedule"), "The first reason the schedule cannot run, or ''.");
-  sub.def("validate", [](schedule const& s) { validate(s); }, nb::arg("schedule"),
-          "Raises invalid_argument naming the rank, action and rule unless the schedule is valid.");
+  sub.def(
+      "validate", [](schedule const& s) { validate(s); }, nb::arg("schedule"),
+      "Raises invalid_argument naming the rank, action and rule unless the schedule is valid.");
   sub.def("timeline", &timeline, nb::arg("schedule"), "The schedule as a text Gantt chart, one line per rank.");
   sub.def("ticks", &ticks, nb::arg("schedule"), "Ticks with unit-time computations (length including bubbles).");
 
   nb::class_<stage_bytes>(sub, "StageBytes", "What one micro-batch costs on one virtual stage, in bytes.")
       .def(
           "__init__",
-          [](stage_bytes* self, nb::handle activations, nb::handle output, nb::handle weight_stash,
-             nb::handle parameters) {
+          [](stage_bytes* self, int_arg activations, int_arg output, int_arg weight_stash, int_arg parameters) {
             new (self) stage_bytes{as_size(activations, "activations"), as_size(output, "output"),
                                    as_size(weight_stash, "weight_stash"), as_size(parameters, "parameters")};
           },
@@ -227,12 +229,13 @@ void bind_pipeline(nb::module_& m) {
       .def_prop_ro("ranks", [](memory_plan const& p) { return p.ranks(); })
       .def_prop_ro("retention", [](memory_plan const& p) { return std::string(p.retention()); })
       .def_prop_ro("shape", [](memory_plan const& p) { return p.shape(); })
-      .def("rank", [](memory_plan const& p, nb::handle r) { return p.rank(as_int(r, "rank")); }, nb::arg("rank"))
+      .def(
+          "rank", [](memory_plan const& p, int_arg r) { return p.rank(as_int(r, "rank")); }, nb::arg("rank"))
       .def("max_rank", [](memory_plan const& p) { return p.max_rank(); })
       .def("__str__", [](memory_plan const& p) { return printed(p); });
   sub.def(
       "predict_memory",
-      [](schedule const& s, nb::handle stages, nb::handle retention) {
+      [](schedule const& s, int_arg stages, str_arg retention) {
         if (nb::isinstance<stage_bytes>(stages))
           return predict(s, model_bytes::uniform(s.shape(), nb::cast<stage_bytes>(stages)), retention);
         if (!PySequence_Check(stages.ptr()))
@@ -257,7 +260,8 @@ void bind_pipeline(nb::module_& m) {
   pt.def(
       "export_actions",
       [](schedule const& s, bool compute_only) {
-        return pytorch::export_actions(s, compute_only ? pytorch::content::compute_only : pytorch::content::compute_comms);
+        return pytorch::export_actions(s,
+                                       compute_only ? pytorch::content::compute_only : pytorch::content::compute_comms);
       },
       nb::arg("schedule"), nb::arg("compute_only") = false);
   pt.def(
@@ -268,13 +272,13 @@ void bind_pipeline(nb::module_& m) {
       nb::arg("schedule"), nb::arg("compute_only") = false);
   pt.def(
       "import_actions",
-      [](nb::handle rows, std::string name, nb::handle shape) {
+      [](nb::handle rows, std::string name, nb::typed<nb::handle, pipeline_shape> shape) {
         return pytorch::import_actions(string_rows(rows), std::move(name), optional_shape(shape));
       },
       nb::arg("rows"), nb::arg("name") = "pytorch", nb::arg("shape") = nb::none());
   pt.def(
       "from_csv",
-      [](std::string const& text, std::string name, nb::handle shape) {
+      [](std::string const& text, std::string name, nb::typed<nb::handle, pipeline_shape> shape) {
         return pytorch::from_csv(text, std::move(name), optional_shape(shape));
       },
       nb::arg("text"), nb::arg("name") = "pytorch", nb::arg("shape") = nb::none());

@@ -1,6 +1,8 @@
 // headroom::pool from Python: workloads, execution orders, the fixed / max / interval planners,
 // plans as data, validation, fingerprints, the model presets and the host unit pool (for
 // can_acquire and acquire/release on a plan). python/headroom/pool.py is the Pythonic layer.
+#include "headroom/pool.hpp"
+
 #include <nanobind/nanobind.h>
 #include <nanobind/operators.h>
 #include <nanobind/stl/optional.h>
@@ -20,7 +22,6 @@
 
 #include "bindings.hpp"
 #include "convert.hpp"
-#include "headroom/pool.hpp"
 
 namespace headroom::python {
 
@@ -112,14 +113,13 @@ std::string printed(T const& v) {
 }
 
 /// A plan of the fixed or max planner, by dtype or by bytes.
-plan make_slot_plan(workload const& w, nb::handle planner, nb::handle category, nb::handle buffers,
-                    nb::handle alignment, nb::handle padding) {
+plan make_slot_plan(workload const& w, str_arg planner, str_arg category, int_arg buffers, int_arg alignment,
+                    nb::typed<nb::handle, padding_choice> padding) {
   std::size_t const which = as_choice(planner, "planner", {"fixed", "max"});
   std::size_t const by = as_choice(category, "category", {"by_dtype", "by_bytes"});
   plan_options const o{as_size(buffers, "buffers"), alignment_of(alignment)};
   padding_choice const pad = padding_of(padding);
-  if (which == 0)
-    return by == 0 ? make_plan<fixed, by_dtype>(w, o, pad) : make_plan<fixed, by_bytes>(w, o, pad);
+  if (which == 0) return by == 0 ? make_plan<fixed, by_dtype>(w, o, pad) : make_plan<fixed, by_bytes>(w, o, pad);
   return by == 0 ? make_plan<max, by_dtype>(w, o, pad) : make_plan<max, by_bytes>(w, o, pad);
 }
 
@@ -161,13 +161,13 @@ void bind_workloads(nb::module_& sub) {
   nb::class_<bucket>(sub, "Bucket", "One bucket of a unit: dtype, un-padded payload bytes, optional label.")
       .def(
           "__init__",
-          [](bucket* self, nb::handle type, nb::handle bytes, std::string label) {
+          [](bucket* self, nb::handle type, int_arg bytes, std::string label) {
             new (self) bucket{as_dtype(type), as_u64(bytes, "bucket bytes"), std::move(label)};
           },
           nb::arg("dtype"), nb::arg("bytes"), nb::arg("label") = "")
       .def_static(
           "of_elements",
-          [](nb::handle type, nb::handle elements, std::string label) {
+          [](nb::handle type, int_arg elements, std::string label) {
             return elements_of(as_dtype(type), as_u64(elements, "bucket elements"), std::move(label));
           },
           nb::arg("dtype"), nb::arg("elements"), nb::arg("label") = "",
@@ -185,7 +185,7 @@ void bind_workloads(nb::module_& sub) {
   nb::class_<unit>(sub, "Unit", "One FSDP unit: a name and its buckets in parameter-group order.")
       .def(
           "__init__",
-          [](unit* self, std::string name, nb::handle buckets) {
+          [](unit* self, std::string name, nb::typed<nb::handle, std::vector<bucket>> buckets) {
             new (self) unit{std::move(name), list_of<bucket>(buckets, "buckets", "Bucket")};
           },
           nb::arg("name"), nb::arg("buckets"))
@@ -199,7 +199,8 @@ void bind_workloads(nb::module_& sub) {
   nb::class_<workload>(sub, "Workload", "Units in discovery order plus the buckets outside every unit.")
       .def(
           "__init__",
-          [](workload* self, std::string name, nb::handle units, nb::handle non_unit) {
+          [](workload* self, std::string name, nb::typed<nb::handle, std::vector<unit>> units,
+             nb::typed<nb::handle, std::vector<bucket>> non_unit) {
             new (self) workload{std::move(name), list_of<unit>(units, "units", "Unit"),
                                 list_of<bucket>(non_unit, "non_unit", "Bucket")};
           },
@@ -209,8 +210,9 @@ void bind_workloads(nb::module_& sub) {
       .def_prop_ro("non_unit", [](workload const& w) { return w.non_unit; })
       .def("unit_bytes", &workload::unit_bytes)
       .def("non_unit_bytes", &workload::non_unit_bytes)
-      .def("validate", [](workload const& w) { validate(w); },
-           "Raises invalid_argument / capacity_error naming the first problem.")
+      .def(
+          "validate", [](workload const& w) { validate(w); },
+          "Raises invalid_argument / capacity_error naming the first problem.")
       .def(nb::self == nb::self)
       .def("__repr__", [](workload const& w) {
         return headroom::detail::concat("Workload('", w.name, "', ", w.units.size(), " units, ", w.non_unit.size(),
@@ -223,7 +225,7 @@ void bind_workloads(nb::module_& sub) {
   nb::class_<execution_order>(sub, "ExecutionOrder", "The order an engine acquires the units in.")
       .def(
           "__init__",
-          [](execution_order* self, std::string name, nb::handle units) {
+          [](execution_order* self, std::string name, int_list_arg units) {
             new (self) execution_order{std::move(name), as_size_list(units, "units")};
           },
           nb::arg("name"), nb::arg("units"))
@@ -250,7 +252,7 @@ void bind_workloads(nb::module_& sub) {
       nb::arg("workload_or_units"), nb::arg("name") = "eval", "u0 .. u(n-1)");
   sub.def(
       "validate_orders",
-      [](nb::handle units, nb::handle orders, nb::handle resident) {
+      [](int_arg units, nb::typed<nb::handle, std::vector<execution_order>> orders, int_arg resident) {
         auto const o = orders_of(orders);
         validate_orders(as_size(units, "units"), o, as_size(resident, "resident"));
       },
@@ -262,7 +264,7 @@ void bind_plans(nb::module_& sub) {
       .def_static("none", [] { return padding_choice{}; })
       .def_static(
           "elements",
-          [](nb::handle multiple) {
+          [](int_arg multiple) {
             std::uint64_t const m = as_u64(multiple, "pad_elements multiple");
             expects(m > 0, "pad_elements multiple = 0; expected > 0");
             return padding_choice{padding_choice::kind::elements, m};
@@ -270,7 +272,7 @@ void bind_plans(nb::module_& sub) {
           nb::arg("multiple"), "Each bucket's element count padded to a multiple (Megatron's _pad).")
       .def_static(
           "bytes",
-          [](nb::handle alignment) {
+          [](int_arg alignment) {
             std::uint64_t const a = as_u64(alignment, "align_bytes alignment");
             expects(is_power_of_two(a), "align_bytes alignment = ", a, "; expected a power of two");
             return padding_choice{padding_choice::kind::bytes, a};
@@ -340,13 +342,13 @@ void bind_plans(nb::module_& sub) {
       .def("group_bytes", &plan::group_bytes)
       .def(
           "candidate_slots",
-          [](plan const& p, nb::handle u, nb::handle b) {
+          [](plan const& p, int_arg u, int_arg b) {
             return p.candidate_slots(as_size(u, "unit"), as_size(b, "bucket"));
           },
           nb::arg("unit"), nb::arg("bucket"), "Slot indices bucket `b` of unit `u` may take (one per group).")
       .def(
           "bucket_offsets",
-          [](plan const& p, nb::handle u, nb::handle b) {
+          [](plan const& p, int_arg u, int_arg b) {
             std::vector<std::uint64_t> out;
             for (auto s : p.candidate_slots(as_size(u, "unit"), as_size(b, "bucket"))) out.push_back(p.slots[s].offset);
             return out;
@@ -363,8 +365,9 @@ void bind_plans(nb::module_& sub) {
                                              ", category=", p.category_policy, ", buffers=", p.buffers,
                                              ", arena_bytes=", p.arena_bytes, ", slots=", p.slots.size(), ")");
            })
-      .def_prop_ro("fingerprint", [](plan const& p) { return fingerprint(p); },
-                   "FNV-1a 64 of every field: equal plans, equal fingerprints (pool/fingerprint.hpp).")
+      .def_prop_ro(
+          "fingerprint", [](plan const& p) { return fingerprint(p); },
+          "FNV-1a 64 of every field: equal plans, equal fingerprints (pool/fingerprint.hpp).")
       .def(nb::self == nb::self);
 
   sub.def("make_plan", &make_slot_plan, nb::arg("workload"), nb::arg("planner"), nb::arg("category") = "by_dtype",
@@ -372,7 +375,8 @@ void bind_plans(nb::module_& sub) {
           "Megatron-FSDP's fixed / max planner with N buffers.");
   sub.def(
       "make_interval_plan",
-      [](workload const& w, nb::handle orders, nb::handle resident, nb::handle alignment, nb::handle padding) {
+      [](workload const& w, nb::typed<nb::handle, std::vector<execution_order>> orders, int_arg resident,
+         int_arg alignment, nb::typed<nb::handle, padding_choice> padding) {
         auto const o = orders_of(orders);
         return make_interval_plan(w, std::span<execution_order const>(o),
                                   interval_options{as_size(resident, "resident"), alignment_of(alignment)},
@@ -382,7 +386,8 @@ void bind_plans(nb::module_& sub) {
       nb::arg("padding") = nb::none(), "One byte range per unit; units resident together never overlap.");
   sub.def(
       "lower_bound",
-      [](workload const& w, nb::handle orders, nb::handle resident, nb::handle alignment, nb::handle padding) {
+      [](workload const& w, nb::typed<nb::handle, std::vector<execution_order>> orders, int_arg resident,
+         int_arg alignment, nb::typed<nb::handle, padding_choice> padding) {
         auto const o = orders_of(orders);
         return lower_bound(w, std::span<execution_order const>(o), as_size(resident, "resident"),
                            alignment_of(alignment), padding_of(padding));
@@ -398,19 +403,18 @@ void bind_plans(nb::module_& sub) {
       .def("__repr__", [](residency_conflict const& c) { return "ResidencyConflict('" + c.message + "')"; });
   sub.def(
       "find_conflict",
-      [](plan const& p, execution_order const& o, nb::handle resident) {
+      [](plan const& p, execution_order const& o, int_arg resident) {
         return find_conflict(p, o, as_size(resident, "resident"));
       },
       nb::arg("plan"), nb::arg("order"), nb::arg("resident") = 0,
       "The first conflict of `order` with the plan, or None (resident 0: the plan's own N).");
   sub.def(
       "validate_plan",
-      [](plan const& p, execution_order const& o, nb::handle resident) {
-        validate(p, o, as_size(resident, "resident"));
-      },
+      [](plan const& p, execution_order const& o, int_arg resident) { validate(p, o, as_size(resident, "resident")); },
       nb::arg("plan"), nb::arg("order"), nb::arg("resident") = 0, "Raises logic_error when `order` breaks the plan.");
   sub.def("units_sharing_bytes", &units_sharing_bytes, nb::arg("plan"));
-  sub.def("fingerprint", [](plan const& p) { return fingerprint(p); }, nb::arg("plan"));
+  sub.def(
+      "fingerprint", [](plan const& p) { return fingerprint(p); }, nb::arg("plan"));
 }
 
 void bind_unit_pool(nb::module_& sub) {
@@ -420,10 +424,10 @@ void bind_unit_pool(nb::module_& sub) {
       .def_prop_ro("index", &host_lease::index)
       .def("__len__", &host_lease::size)
       .def(
-          "slot", [](host_lease const& l, nb::handle b) { return unit_or_none(l.slot(as_size(b, "bucket"))); },
+          "slot", [](host_lease const& l, int_arg b) { return unit_or_none(l.slot(as_size(b, "bucket"))); },
           nb::arg("bucket"), "Slot index of bucket `b`, or None for a fallback buffer.")
       .def(
-          "nbytes", [](host_lease const& l, nb::handle b) { return l.bytes(as_size(b, "bucket")).size(); },
+          "nbytes", [](host_lease const& l, int_arg b) { return l.bytes(as_size(b, "bucket")).size(); },
           nb::arg("bucket"));
   nb::class_<host_pool>(sub, "HostUnitPool",
                         "The unit pool on host memory (strict assignment, dynamic non-unit buffers): acquire, "
@@ -433,17 +437,17 @@ void bind_unit_pool(nb::module_& sub) {
       .def_prop_ro("stats", [](host_pool const& h) { return stats_dict(h.pool.stats()); })
       .def("stats_text", [](host_pool const& h) { return printed(h.pool.stats()); })
       .def(
-          "acquire", [](host_pool& h, nb::handle u) { return h.pool.acquire(as_size(u, "unit"), h.stream); },
+          "acquire", [](host_pool& h, int_arg u) { return h.pool.acquire(as_size(u, "unit"), h.stream); },
           nb::arg("unit"), nb::keep_alive<0, 1>())
       .def(
           "acquire_non_unit",
-          [](host_pool& h, nb::handle b) { return h.pool.acquire_non_unit(as_size(b, "non-unit bucket"), h.stream); },
+          [](host_pool& h, int_arg b) { return h.pool.acquire_non_unit(as_size(b, "non-unit bucket"), h.stream); },
           nb::arg("bucket"), nb::keep_alive<0, 1>())
       .def(
           "release", [](host_pool& h, host_lease& l) { h.pool.release(l, h.stream); }, nb::arg("lease"))
       .def(
           "offset",
-          [](host_pool const& h, host_lease const& l, nb::handle b) -> std::optional<std::uint64_t> {
+          [](host_pool const& h, host_lease const& l, int_arg b) -> std::optional<std::uint64_t> {
             std::size_t const bucket = as_size(b, "bucket");
             if (l.slot(bucket) == std::numeric_limits<std::size_t>::max()) return std::nullopt;
             return static_cast<std::uint64_t>(l.bytes(bucket).data() - h.pool.arena());
@@ -451,7 +455,7 @@ void bind_unit_pool(nb::module_& sub) {
           nb::arg("lease"), nb::arg("bucket"), "Arena offset of bucket `b` of a lease (None: outside the arena).")
       .def(
           "can_acquire",
-          [](host_pool const& h, nb::handle units, nb::handle releasable) {
+          [](host_pool const& h, int_list_arg units, int_list_arg releasable) {
             auto const u = as_size_list(units, "units");
             auto const r = as_size_list(releasable, "releasable");
             return h.pool.can_acquire(u, r);
@@ -459,8 +463,7 @@ void bind_unit_pool(nb::module_& sub) {
           nb::arg("units"), nb::arg("releasable") = nb::tuple(),
           "Would acquiring every unit of `units` succeed now, if `releasable` were released first?")
       .def(
-          "holders", [](host_pool const& h, nb::handle u) { return h.pool.holders(as_size(u, "unit")); },
-          nb::arg("unit"));
+          "holders", [](host_pool const& h, int_arg u) { return h.pool.holders(as_size(u, "unit")); }, nb::arg("unit"));
 }
 
 void bind_models(nb::module_& sub) {
@@ -475,10 +478,12 @@ void bind_models(nb::module_& sub) {
     for (auto const& c : v) out.emplace_back(c.config.name, c.expert_parallel);
     return out;
   };
-  m.def("reference_cases", [cases] { return cases(models::reference_cases()); },
-        "(model, expert_parallel) of the reference table, in order.");
-  m.def("all_cases", [cases] { return cases(models::all_cases()); },
-        "reference_cases() and the other hybrid families (EP 8 for their experts).");
+  m.def(
+      "reference_cases", [cases] { return cases(models::reference_cases()); },
+      "(model, expert_parallel) of the reference table, in order.");
+  m.def(
+      "all_cases", [cases] { return cases(models::all_cases()); },
+      "reference_cases() and the other hybrid families (EP 8 for their experts).");
   m.def(
       "parameter_count", [](std::string const& name) { return models::parameter_count(models::model(name)); },
       nb::arg("model"));
@@ -486,8 +491,8 @@ void bind_models(nb::module_& sub) {
       "pattern", [](std::string const& name) { return models::model(name).pattern; }, nb::arg("model"));
   m.def(
       "make_workload",
-      [](std::string const& name, nb::handle expert_parallel, bool fp8_params, bool first_last_layers_bf16,
-         nb::handle grad_dtype, nb::handle non_unit_bucket_elements) {
+      [](std::string const& name, int_arg expert_parallel, bool fp8_params, bool first_last_layers_bf16,
+         nb::handle grad_dtype, int_arg non_unit_bucket_elements) {
         models::build_options o;
         o.expert_parallel = as_size(expert_parallel, "expert_parallel");
         o.fp8_params = fp8_params;

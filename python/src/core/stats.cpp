@@ -54,9 +54,9 @@ dynamic_report report_of(nb::handle h, char const* what = "report") {
     else if (nb::hasattr(v, "dtype") && nb::hasattr(v, "item") && !PyBool_Check(v.ptr()))
       r.set(name, nb::cast<double>(v.attr("item")()));  // numpy floating scalars
     else
-      throw nb::type_error(headroom::detail::concat(what, "['", name, "'] = ", repr_of(v),
-                                                    "; expected an int (exact int64) or a float")
-                               .c_str());
+      throw nb::type_error(
+          headroom::detail::concat(what, "['", name, "'] = ", repr_of(v), "; expected an int (exact int64) or a float")
+              .c_str());
   }
   return r;
 }
@@ -74,9 +74,9 @@ using words_in = nb::ndarray<std::int64_t const, nb::ndim<1>, nb::c_contig, nb::
 std::span<std::int64_t const> words_of(nb::handle h, std::size_t expected, char const* what) {
   words_in a;
   if (!nb::try_cast(h, a, false))
-    throw nb::type_error(headroom::detail::concat(what, " = ", repr_of(h),
-                                                  "; expected a 1-d contiguous int64 numpy array (CPU)")
-                             .c_str());
+    throw nb::type_error(
+        headroom::detail::concat(what, " = ", repr_of(h), "; expected a 1-d contiguous int64 numpy array (CPU)")
+            .c_str());
   expects(a.shape(0) == expected, what, " has ", a.shape(0), " words; expected ", expected,
           " (the reduce plan's size on every rank)");
   return {a.data(), a.shape(0)};
@@ -115,12 +115,14 @@ void bind_stats(nb::module_& m) {
           "The keys of stats::memory_report (what training dashboards log), in order.");
   sub.def("allocator_report_keys", &names_of<allocator_report>,
           "The keys of stats::allocator_report (what a statistics_resource reports), in order.");
-  sub.def("memory_report_schema_hash", [] { return memory_report::schema_hash(); },
-          "schema_hash() of stats::memory_report: a Report with its keys (all int64) has the same.");
+  sub.def(
+      "memory_report_schema_hash", [] { return memory_report::schema_hash(); },
+      "schema_hash() of stats::memory_report: a Report with its keys (all int64) has the same.");
 
   nb::class_<dynamic_report>(sub, "Report", "name -> exact int64 or float64, in insertion order.")
-      .def("__init__", [](dynamic_report* self, nb::handle values) { new (self) dynamic_report(report_of(values)); },
-           nb::arg("values") = nb::dict())
+      .def(
+          "__init__", [](dynamic_report* self, nb::handle values) { new (self) dynamic_report(report_of(values)); },
+          nb::arg("values") = nb::dict())
       .def("__len__", &dynamic_report::size)
       .def("__contains__", [](dynamic_report const& r, std::string const& k) { return r.contains(k); })
       .def("__getitem__", [](dynamic_report const& r, std::string const& k) { return to_python(r.at(k)); })
@@ -144,12 +146,16 @@ void bind_stats(nb::module_& m) {
            })
       .def_prop_ro("schema_hash", &dynamic_report::schema_hash)
       .def("prefixed", &dynamic_report::prefixed, nb::arg("prefix"))
-      .def("__eq__", [](dynamic_report const& a, nb::handle b) { return nb::isinstance<dynamic_report>(b) && a == nb::cast<dynamic_report const&>(b); })
-      .def("__str__", [](dynamic_report const& r) {
-        std::ostringstream os;
-        os << r;
-        return os.str();
-      })
+      .def("__eq__",
+           [](dynamic_report const& a, nb::handle b) {
+             return nb::isinstance<dynamic_report>(b) && a == nb::cast<dynamic_report const&>(b);
+           })
+      .def("__str__",
+           [](dynamic_report const& r) {
+             std::ostringstream os;
+             os << r;
+             return os.str();
+           })
       .def("__repr__", [](dynamic_report const& r) {
         std::ostringstream os;
         os << "Report(" << r << ")";
@@ -157,14 +163,20 @@ void bind_stats(nb::module_& m) {
       });
 
   nb::class_<reduce_plan>(sub, "ReducePlan", "The wire layout of one reduction: the same on every rank.")
-      .def("__init__", [](reduce_plan* self, nb::handle capacity) { new (self) reduce_plan(as_size(capacity, "capacity")); },
-           nb::arg("capacity"))
+      .def(
+          "__init__",
+          [](reduce_plan* self, int_arg capacity) { new (self) reduce_plan(as_size(capacity, "capacity")); },
+          nb::arg("capacity"))
       .def_prop_ro("capacity", &reduce_plan::capacity)
       .def("max_words", &reduce_plan::max_words)
       .def("gather_words_per_rank", &reduce_plan::gather_words_per_rank)
-      .def("gather_words", [](reduce_plan const& p, nb::handle r) { return p.gather_words(as_int(r, "ranks")); },
-           nb::arg("ranks"))
-      .def("__eq__", [](reduce_plan const& a, nb::handle b) { return nb::isinstance<reduce_plan>(b) && a == nb::cast<reduce_plan const&>(b); })
+      .def(
+          "gather_words", [](reduce_plan const& p, int_arg r) { return p.gather_words(as_int(r, "ranks")); },
+          nb::arg("ranks"))
+      .def("__eq__",
+           [](reduce_plan const& a, nb::handle b) {
+             return nb::isinstance<reduce_plan>(b) && a == nb::cast<reduce_plan const&>(b);
+           })
       .def("__str__", [](reduce_plan const& p) {
         std::ostringstream os;
         os << p;
@@ -200,7 +212,7 @@ void bind_stats(nb::module_& m) {
   // ---- the wire: what the adapters send through torch.distributed ---------------------------
   sub.def(
       "pack_max",
-      [](nb::handle report, nb::handle plan, nb::handle writer, nb::handle nan) {
+      [](nb::handle report, nb::handle plan, int_arg writer, str_arg nan) {
         dynamic_report const r = report_of(report);
         reduce_plan const p = plan_of(plan, r);
         std::vector<std::int64_t> words(p.max_words());
@@ -211,7 +223,7 @@ void bind_stats(nb::module_& m) {
       "The int64 words this rank all_reduces with MAX (plan.max_words() of them).");
   sub.def(
       "unpack_max",
-      [](nb::handle report, nb::handle reduced, nb::handle plan, nb::handle rank, nb::handle size) -> nb::object {
+      [](nb::handle report, nb::handle reduced, nb::handle plan, int_arg rank, int_arg size) -> nb::object {
         dynamic_report const r = report_of(report);
         reduce_plan const p = plan_of(plan, r);
         auto const words = words_of(reduced, p.max_words(), "reduced words");
@@ -225,7 +237,7 @@ void bind_stats(nb::module_& m) {
       "collective_mismatch when the ranks' reports differ, on every rank.");
   sub.def(
       "pack_gather",
-      [](nb::handle report, nb::handle plan, nb::handle writer) {
+      [](nb::handle report, nb::handle plan, int_arg writer) {
         dynamic_report const r = report_of(report);
         reduce_plan const p = plan_of(plan, r);
         std::vector<std::int64_t> words(p.gather_words_per_rank());
@@ -236,8 +248,8 @@ void bind_stats(nb::module_& m) {
       "The int64 words this rank all_gathers (plan.gather_words_per_rank() of them).");
   sub.def(
       "unpack_gather",
-      [](nb::handle report, nb::handle gathered, nb::handle plan, nb::handle rank, nb::handle size,
-         nb::handle nan) -> nb::object {
+      [](nb::handle report, nb::handle gathered, nb::handle plan, int_arg rank, int_arg size,
+         str_arg nan) -> nb::object {
         dynamic_report const r = report_of(report);
         reduce_plan const p = plan_of(plan, r);
         int const n = as_int(size, "size");
@@ -254,7 +266,7 @@ void bind_stats(nb::module_& m) {
   // ---- reductions of reports given every rank's values ---------------------------------------
   sub.def(
       "max_of",
-      [](nb::handle reports, nb::handle nan) {
+      [](nb::handle reports, str_arg nan) {
         std::vector<dynamic_report> rs;
         for (nb::handle h : reports) rs.push_back(report_of(h, "reports[i]"));
         expects(!rs.empty(), "stats::max_of: no reports; expected one per rank");
@@ -266,7 +278,8 @@ void bind_stats(nb::module_& m) {
         std::vector<std::int64_t> reduced(p.max_words()), words(p.max_words());
         for (std::size_t q = 0; q < rs.size(); ++q) {
           stats::detail::pack_max(rs[q], -1, prop, std::span<std::int64_t>(words));
-          for (std::size_t i = 0; i < words.size(); ++i) reduced[i] = q == 0 ? words[i] : std::max(reduced[i], words[i]);
+          for (std::size_t i = 0; i < words.size(); ++i)
+            reduced[i] = q == 0 ? words[i] : std::max(reduced[i], words[i]);
         }
         std::span<std::int64_t const> const out(reduced);
         (void)stats::detail::check_max_header(rs[0], out, p.capacity(), 0, static_cast<int>(rs.size()), max_name);
@@ -276,7 +289,7 @@ void bind_stats(nb::module_& m) {
       "Every key's exact max over the given per-rank reports (the max reduction's result).");
   sub.def(
       "gather_of",
-      [](nb::handle reports, nb::handle nan) {
+      [](nb::handle reports, str_arg nan) {
         std::vector<dynamic_report> rs;
         for (nb::handle h : reports) rs.push_back(report_of(h, "reports[i]"));
         expects(!rs.empty(), "stats::gather_of: no reports; expected one per rank");

@@ -70,7 +70,8 @@ struct py_recorder {
     return frame{strings->intern(nb::cast<std::string>(nb::str(t[0]))),
                  strings->intern(nb::cast<std::string>(nb::str(t[1]))), static_cast<std::uint32_t>(line)};
   }
-  void record(action a, nb::handle addr, nb::handle size, nb::handle stream, nb::handle cat, nb::handle where) {
+  void record(action a, int_arg addr, int_arg size, int_arg stream, nb::typed<nb::handle, std::string> cat,
+              nb::handle where) {
     std::uint64_t const p = as_u64(addr, "addr");
     expects(p != 0, "addr = 0; expected the block's non-null address");
     std::uint64_t const n = as_u64(size, "size");
@@ -80,8 +81,8 @@ struct py_recorder {
 };
 
 action action_of(nb::handle h) {
-  return static_cast<action>(as_choice(h, "action",
-                                       {"alloc", "free_requested", "free_completed", "segment_alloc", "segment_free"}));
+  return static_cast<action>(
+      as_choice(h, "action", {"alloc", "free_requested", "free_completed", "segment_alloc", "segment_free"}));
 }
 
 nb::list frames_list(frame const& f) {
@@ -173,7 +174,7 @@ void bind_trace(nb::module_& m) {
           nb::arg("path"), nb::arg("labels") = nb::none(), "Writes the pickle to `path` (via path.partial).")
       .def(
           "to_svg",
-          [](py_snapshot const& p, std::string const& title, nb::handle max_points) {
+          [](py_snapshot const& p, std::string const& title, int_arg max_points) {
             return to_svg(p.s, title, as_size(max_points, "max_points"));
           },
           nb::arg("title") = "Active Memory Timeline", nb::arg("max_points") = 2000,
@@ -182,7 +183,7 @@ void bind_trace(nb::module_& m) {
   nb::class_<py_recorder>(sub, "Recorder", "Allocator events and live blocks of one device, for snapshots.")
       .def(
           "__init__",
-          [](py_recorder* self, nb::handle max_entries, nb::handle max_live, nb::handle device, bool timestamps) {
+          [](py_recorder* self, int_arg max_entries, int_arg max_live, int_arg device, bool timestamps) {
             recorder_options o;
             o.max_entries = as_size(max_entries, "max_entries");
             o.max_live = as_size(max_live, "max_live");
@@ -199,13 +200,18 @@ void bind_trace(nb::module_& m) {
       .def_prop_ro("dropped", [](py_recorder const& r) { return r.rec.dropped(); })
       .def(
           "record",
-          [](py_recorder& r, nb::handle a, nb::handle addr, nb::handle size, nb::handle stream, nb::handle cat,
+          [](py_recorder& r, str_arg a, int_arg addr, int_arg size, int_arg stream,
+             nb::typed<nb::handle, std::string> cat,
              nb::handle where) { r.record(action_of(a), addr, size, stream, cat, where); },
           nb::arg("action"), nb::arg("addr"), nb::arg("size"), nb::arg("stream") = 0, nb::arg("category") = nb::none(),
           nb::arg("frame") = nb::none(),
           "One event: action alloc, free_requested, free_completed, segment_alloc or segment_free.")
-      .def("snapshot", [](py_recorder const& r) { return py_snapshot{take_snapshot(r.rec), r.strings}; },
-           "The snapshot now: live segments and blocks, and the events recorded since start().");
+      .def(
+          "snapshot",
+          [](py_recorder const& r) {
+            return py_snapshot{take_snapshot(r.rec), r.strings};
+          },
+          "The snapshot now: live segments and blocks, and the events recorded since start().");
 }
 
 }  // namespace headroom::python
