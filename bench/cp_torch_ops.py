@@ -98,7 +98,9 @@ def run_case(op, tokens, width, cp, args, modules):
                          sets, SPIN_CYCLES)
     srcs = [x[:rows] for x in xs]
     ms_copy = median_ms(lambda k: outs[k].copy_(srcs[k]), args.iterations, args.warmup, sets, SPIN_CYCLES)
-    del xs, outs, srcs, held, dcu
+    for buffers in (xs, outs, srcs, held):
+        buffers.clear()
+    del dcu
     torch.cuda.empty_cache()
     gbps = lambda ms: 2 * bytes_out / (ms * 1e-3) / 1e9  # noqa: E731
     return {"op": op, "tokens": tokens, "width": width, "cp": cp, "sequences": len(cu) - 1, "bytes_out": bytes_out,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import enum
 import math
 import weakref
-from typing import Callable, NamedTuple, Optional, Sequence, Union
+from typing import Callable, NamedTuple, Optional, Union
 
 import torch
 
