@@ -63,7 +63,8 @@ def _host_cu(cu_seqlens, what: str) -> torch.Tensor:
             raise invalid_argument(f"{what}: cu_seqlens has dtype {cu_seqlens.dtype}, expected torch.int32 or torch.int64")
         if cu_seqlens.dim() != 1:
             raise invalid_argument(f"{what}: cu_seqlens has shape {tuple(cu_seqlens.shape)}, expected one dimension")
-        return cu_seqlens.detach().to(device="cpu", dtype=torch.int64).contiguous()
+        # A copy: the partition keeps its own boundaries whatever the caller does to theirs.
+        return cu_seqlens.detach().to(device="cpu", dtype=torch.int64, copy=True).contiguous()
     try:
         return torch.tensor(list(cu_seqlens), dtype=torch.int64)
     except (TypeError, ValueError, RuntimeError) as e:

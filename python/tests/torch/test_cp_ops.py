@@ -325,3 +325,11 @@ def test_cpu_path_needs_no_cuda_module(monkeypatch):
     ids = torch.arange(12)
     assert torch.equal(p.pad_split(ids, -1), p.split(cp.Partition([0, 8, 16], 2, 0).split_adjoint(
         torch.zeros(8, dtype=torch.int64)) + torch.tensor([0, 1, 2, 3, 4, -1, -1, -1, 5, 6, 7, 8, 9, 10, 11, -1])))
+
+
+def test_partition_keeps_its_own_boundaries():
+    cu = torch.tensor([0, 8, 20])
+    p = cp.Partition(cu, 2, 0)
+    cu[1] = 4  # the caller reuses its tensor for the next batch
+    assert p.cu_seqlens.tolist() == [0, 8, 20]
+    assert p.split(torch.arange(20)).tolist() == [0, 1, 6, 7, 8, 9, 10, 17, 18, 19]
