@@ -437,14 +437,14 @@ class _Eager(torch.autograd.Function):
         return ctx.grad(g, ctx.args), None, None, None
 
 
-_functorch_active = getattr(torch._C._functorch, "_are_functorch_transforms_active", None) \
-    if hasattr(torch._C, "_functorch") else None
+# The innermost functorch transform's level (vmap, grad, ...), None outside any.
+_functorch_level = getattr(getattr(torch._C, "_functorch", None), "maybe_current_level", lambda: None)
 
 
 def _eager_ok(x) -> bool:
     return (type(x) is torch.Tensor and (x.is_cuda or x.is_cpu) and not torch.compiler.is_compiling()
             and torch._C._len_torch_dispatch_stack() == 0 and not torch._C._is_torch_function_mode_enabled()
-            and (_functorch_active is None or not _functorch_active()))
+            and _functorch_level() is None)
 
 
 def _call(op, impl, grad, x, *args):
