@@ -41,8 +41,9 @@ def split_index(cu, cp, rank):
     return torch.cat(parts)
 
 
-def median_ms(fn, iterations, warmup, sets=1):
-    """Median ms of one fn(k); each timed run calls fn(0) .. fn(sets - 1) and divides by sets."""
+def median_ms(fn, iterations, warmup, sets=1, spin_cycles=200000):
+    """Median ms of one fn(k); each timed run calls fn(0) .. fn(sets - 1) and divides by sets.
+    The GPU spins `spin_cycles` first: longer than the host takes to enqueue the calls."""
     for _ in range(warmup):
         for k in range(sets):
             fn(k)
@@ -51,7 +52,7 @@ def median_ms(fn, iterations, warmup, sets=1):
     times = []
     for _ in range(iterations):
         if hasattr(torch.cuda, "_sleep"):
-            torch.cuda._sleep(200000)  # keep the GPU busy while Python enqueues: no host overhead timed
+            torch.cuda._sleep(spin_cycles)  # keep the GPU busy while Python enqueues: no host overhead timed
         start.record()
         for k in range(sets):
             fn(k)

@@ -1,0 +1,254 @@
+#!/usr/bin/env python3
+"""headroom.torch.cp's custom ops on one GPU against the same kernels called raw, PyTorch's
+index_select with TE-style index tensors, and a device copy, in one run.
+
+1. Bandwidth, the shapes of bench_cp_bandwidth / cp_torch.py (16K and 128K tokens x 4096 bf16
+   split and reorder, the reorder at the logits width 151,936; cp in {2, 8}; random packed batches
+   of 256..8192-token sequences), small cases rotating through buffer sets so they read memory,
+   not L2. Per row: the torch op (Partition.split / .to_sequence_order: custom op, output
+   allocated by torch, current stream), the raw kernel launch (headroom._cuda.Plan.split with
+   pointers and a stream: the C++ kernel of bench_cp_bandwidth), torch.index_select with
+   thd_get_partitioned_indices' int32 index (split) or the reassemble index (reorder, AReaL /
+   Megatron's inverse_gather_perm), and out.copy_ of the same bytes. CUDA-event medians behind a
+   spin kernel, so host overhead is not timed. Target: the op within 2 % of the raw kernel.
+2. Dispatch overhead: host microseconds per call on a small batch (4K tokens x 128 bf16, cp 2, the
+   GPU idle between calls) of the op through Partition (eager: the implementation without the
+   dispatcher; with autograd when the input needs grad), through torch.ops.headroom (the
+   dispatcher, as torch.compile sees the op), the raw _cuda launch and torch.index_select.
+   Target: Partition - raw <= 10 us.
+
+    python3 bench/cp_torch_ops.py [--iterations 20] [--warmup 3] [--calls 2000]
+
+Output: two tables, one JSON line; with $OUT set, also $OUT/cp_torch_ops.json. Without a GPU or
+without headroom._cuda it prints "skipped: ..." and exits 77.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cp_torch import median_ms, packed_batch, rotation_sets  # noqa: E402
+
+BANDWIDTH_TARGET = 0.98  # the op's bandwidth / the raw kernel's
+# The GPU spins this long before each timed run (~1-2 ms): longer than Python takes to enqueue up
+# to 16 op calls, so the op's host overhead is not in its bandwidth (the dispatch table shows it).
+SPIN_CYCLES = 3_000_000
+DISPATCH_TARGET_US = 10.0
+
+
+def skip(why):
+    print(f"skipped: {why}")
+    sys.exit(77)
+
+
+def raw_plan(_cuda, cu, cp, rank):
+    plan = _cuda.Plan(cu, cp, rank)
+    dcu = torch.tensor(cu, dtype=torch.int64, device="cuda")
+    plan.set_device_cu(dcu.data_ptr(), dcu.numel(), 8)
+    return plan, dcu
+
+
+def run_case(op, tokens, width, cp, args, modules):
+    _cuda, hcp, te = modules
+    cu = packed_batch(tokens, cp, 42 + cp)
+    rank = cp // 2
+    part = hcp.Partition(cu, cp, rank)
+    plan, dcu = raw_plan(_cuda, cu, cp, rank)
+    stream = torch.cuda.current_stream().cuda_stream
+    if op == "split":
+        index = te.thd_get_partitioned_indices(torch.tensor(cu, dtype=torch.int32, device="cuda"), tokens, cp, rank)
+        ours, raw = part.split, plan.split
+        rows = part.local_rows
+    else:
+        index = part.gather_index(device="cuda")
+        ours, raw = part.to_sequence_order, plan.to_sequence_order
+        rows = part.global_rows
+    bytes_out = rows * width * 2
+    sets = rotation_sets(2 * bytes_out)
+    xs = [torch.empty((tokens, width), dtype=torch.bfloat16, device="cuda").normal_() for _ in range(sets)]
+    outs = [torch.empty((rows, width), dtype=torch.bfloat16, device="cuda") for _ in range(sets)]
+    held = [None] * sets  # the op's outputs stay alive per set, so the allocator rotates them too
+
+    # Correctness in the same run: the op equals the raw kernel byte for byte, and index_select on
+    # 4096 random rows (a full third copy would not fit at 128K x 151936).
+    got = ours(xs[0])
+    raw(xs[0].data_ptr(), tokens, outs[0].data_ptr(), rows, width, 2, stream)
+    sample = torch.randint(0, rows, (4096,), device="cuda")
+    expect = torch.index_select(xs[0], 0, index[sample].long())
+    torch.cuda.synchronize()
+    if not (torch.equal(got.view(torch.int16), outs[0].view(torch.int16))
+            and torch.equal(got[sample].view(torch.int16), expect.view(torch.int16))):
+        raise SystemExit(f"cp_torch_ops.py: {op} {tokens}x{width} cp {cp}: the op, the raw kernel and index_select differ")
+    del expect, got
+
+    def run_ours(k):
+        held[k] = None  # the allocator hands its block to the new output: one output per set
+        held[k] = ours(xs[k])
+
+    def run_raw(k):
+        raw(xs[k].data_ptr(), tokens, outs[k].data_ptr(), rows, width, 2, stream)
+
+    ms_ours = median_ms(run_ours, args.iterations, args.warmup, sets, SPIN_CYCLES)
+    ms_raw = median_ms(run_raw, args.iterations, args.warmup, sets, SPIN_CYCLES)
+    ms_index = median_ms(lambda k: torch.index_select(xs[k], 0, index, out=outs[k]), args.iterations, args.warmup,
+                         sets, SPIN_CYCLES)
+    srcs = [x[:rows] for x in xs]
+    ms_copy = median_ms(lambda k: outs[k].copy_(srcs[k]), args.iterations, args.warmup, sets, SPIN_CYCLES)
+    for buffers in (xs, outs, srcs, held):
+        buffers.clear()
+    del dcu
+    torch.cuda.empty_cache()
+    gbps = lambda ms: 2 * bytes_out / (ms * 1e-3) / 1e9  # noqa: E731
+    return {"op": op, "tokens": tokens, "width": width, "cp": cp, "sequences": len(cu) - 1, "bytes_out": bytes_out,
+            "sets": sets, "op_ms": ms_ours, "raw_ms": ms_raw, "index_select_ms": ms_index, "memcpy_ms": ms_copy,
+            "op_gbps": gbps(ms_ours), "raw_gbps": gbps(ms_raw), "index_select_gbps": gbps(ms_index),
+            "memcpy_gbps": gbps(ms_copy), "op_vs_raw": ms_raw / ms_ours, "op_vs_memcpy": ms_copy / ms_ours,
+            "index_select_vs_memcpy": ms_copy / ms_index, "meets_target": ms_raw / ms_ours >= BANDWIDTH_TARGET}
+
+
+def host_us(fn, calls, repeats=5):
+    """Median over `repeats` of the host time per call of `calls` back-to-back calls."""
+    for _ in range(max(100, calls // 10)):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        samples.append((time.perf_counter() - t0) / calls * 1e6)
+        torch.cuda.synchronize()
+    samples.sort()
+    return samples[len(samples) // 2]
+
+
+def dispatch_rows(args, modules):
+    _cuda, hcp, _ = modules
+    tokens, width, cp, rank = 4096, 128, 2, 1
+    cu = packed_batch(tokens, cp, 7)
+    raw_cu = [0]
+    for a, b in zip(cu[:-1], cu[1:]):
+        raw_cu.append(raw_cu[-1] + (b - a) - 3)  # three pads per sequence
+    part = hcp.Partition(cu, cp, rank)
+    rpart = hcp.Partition.from_raw(raw_cu, cp, rank)
+    plan, dcu = raw_plan(_cuda, cu, cp, rank)
+    rplan = _cuda.Plan.from_raw(raw_cu, cp, rank)
+    dpcu = torch.tensor(rplan.padded_cu_seqlens, dtype=torch.int64, device="cuda")
+    drcu = torch.tensor(raw_cu, dtype=torch.int64, device="cuda")
+    rplan.set_device_cu(dpcu.data_ptr(), dpcu.numel(), 8)
+    rplan.set_device_raw_cu(drcu.data_ptr(), drcu.numel(), 8)
+    x = torch.randn(tokens, width, device="cuda", dtype=torch.bfloat16)
+    xg = x.clone().requires_grad_()
+    local = torch.randn(part.local_rows, width, device="cuda", dtype=torch.bfloat16)
+    ids = torch.randint(0, 1000, (raw_cu[-1],), device="cuda")
+    out_local = torch.empty_like(local)
+    out_global = torch.empty_like(x)
+    out_ids = torch.empty(rpart.local_rows, dtype=ids.dtype, device="cuda")
+    index = part.local_index(device="cuda")
+    s = torch.cuda.current_stream().cuda_stream
+    ops = torch.ops.headroom
+    cu_t = part.cu_seqlens
+    pad = torch.tensor(0, dtype=ids.dtype).numpy().tobytes()
+    rows = [
+        ("split", lambda: part.split(x), lambda: ops.cp_split(x, cu_t, cp, rank, "dual_chunk"),
+         lambda: plan.split(x.data_ptr(), tokens, out_local.data_ptr(), part.local_rows, width, 2, s),
+         lambda: torch.index_select(x, 0, index, out=out_local)),
+        ("split (input needs grad)", lambda: part.split(xg), lambda: ops.cp_split(xg, cu_t, cp, rank, "dual_chunk"),
+         lambda: plan.split(x.data_ptr(), tokens, out_local.data_ptr(), part.local_rows, width, 2, s), None),
+        ("split_adjoint", lambda: part.split_adjoint(local), lambda: ops.cp_split_adjoint(local, cu_t, cp, rank, "dual_chunk"),
+         lambda: plan.split_adjoint(local.data_ptr(), part.local_rows, out_global.data_ptr(), tokens, width, 2, s), None),
+        ("to_sequence_order", lambda: part.to_sequence_order(x), lambda: ops.cp_to_sequence_order(x, cu_t, cp, "dual_chunk"),
+         lambda: plan.to_sequence_order(x.data_ptr(), tokens, out_global.data_ptr(), tokens, width, 2, s), None),
+        ("pad_split shift 1", lambda: rpart.pad_split(ids, 0, 1), None,
+         lambda: rplan.pad_split(ids.data_ptr(), raw_cu[-1], out_ids.data_ptr(), rpart.local_rows, 1, 8, pad, 1, s), None),
+    ]
+    results = []
+    for name, via_partition, via_ops, raw, index_select in rows:
+        r = {"op": name, "tokens": tokens, "width": width, "cp": cp, "calls": args.calls,
+             "partition_us": host_us(via_partition, args.calls),
+             "torch_ops_us": host_us(via_ops, args.calls) if via_ops else None,
+             "raw_us": host_us(raw, args.calls),
+             "index_select_us": host_us(index_select, args.calls) if index_select else None}
+        r["overhead_us"] = r["partition_us"] - r["raw_us"]
+        r["meets_target"] = r["overhead_us"] <= DISPATCH_TARGET_US
+        results.append(r)
+    del dcu
+    return results
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--iterations", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--calls", type=int, default=2000)
+    args = parser.parse_args()
+    if args.iterations < 1 or args.warmup < 0 or args.calls < 1:
+        parser.error(f"--iterations {args.iterations} and --calls {args.calls} must be >= 1, --warmup {args.warmup} >= 0")
+    if not torch.cuda.is_available():
+        skip("cp_torch_ops.py: no CUDA device")
+    try:
+        from headroom import _cuda
+        from headroom.torch import cp as hcp
+        from headroom.torch import te
+    except ImportError as e:
+        skip(f"cp_torch_ops.py: headroom with its CUDA module is not importable ({e}); pip install . with nvcc present")
+    modules = (_cuda, hcp, te)
+    name = torch.cuda.get_device_name()
+    shapes = [("split", 16384, 4096), ("split", 131072, 4096), ("reorder", 16384, 4096),
+              ("reorder", 131072, 4096), ("reorder", 16384, 151936), ("reorder", 131072, 151936)]
+    results, skipped = [], []
+    for op, tokens, width in shapes:
+        for cp in (2, 8):
+            free, _ = torch.cuda.mem_get_info()
+            in_bytes = tokens * width * 2
+            out_bytes = in_bytes // cp if op == "split" else in_bytes
+            # Each set: input, the raw / index_select output, the op's output (held).
+            need = rotation_sets(2 * out_bytes) * (in_bytes + 2 * out_bytes) + (1 << 30)
+            if need > free:
+                skipped.append(f"{op} {tokens}x{width} cp {cp}: needs {need >> 30} GiB, {free >> 30} GiB free")
+                continue
+            results.append(run_case(op, tokens, width, cp, args, modules))
+    dispatch = dispatch_rows(args, modules)
+
+    print(f"torch {torch.__version__} on {name}; medians of {args.iterations} runs after {args.warmup} warm-up; "
+          f"GB/s = (read + written) / time; op = headroom.torch.cp custom op, raw = headroom._cuda launch")
+    print(f"{'op':8} {'tokens':>7} {'width':>7} {'cp':>3} {'out MiB':>9} {'sets':>4} | {'op us':>9} {'GB/s':>6} | "
+          f"{'raw us':>9} {'GB/s':>6} | {'idx_sel us':>10} {'GB/s':>6} | {'memcpy us':>9} {'GB/s':>6} | "
+          f"{'op/raw':>6} {'op/cpy':>6} {'idx/cpy':>7}")
+    for r in results:
+        print(f"{r['op']:8} {r['tokens']:7d} {r['width']:7d} {r['cp']:3d} {r['bytes_out'] / 2**20:9.1f} {r['sets']:4d} | "
+              f"{1e3 * r['op_ms']:9.1f} {r['op_gbps']:6.0f} | {1e3 * r['raw_ms']:9.1f} {r['raw_gbps']:6.0f} | "
+              f"{1e3 * r['index_select_ms']:10.1f} {r['index_select_gbps']:6.0f} | {1e3 * r['memcpy_ms']:9.1f} "
+              f"{r['memcpy_gbps']:6.0f} | {100 * r['op_vs_raw']:5.1f}% {100 * r['op_vs_memcpy']:5.1f}% "
+              f"{100 * r['index_select_vs_memcpy']:6.1f}%{'' if r['meets_target'] else '  < 98 %'}")
+    for s in skipped:
+        print(f"not run: {s}")
+    print()
+    print(f"dispatch: host us per call, {args.calls} calls back to back, median of 5; overhead = op (Partition) - raw")
+    print("Partition: the method (eager: no dispatcher); torch.ops: torch.ops.headroom.* (what compile and export see)")
+    print(f"{'op':26} {'Partition':>9} {'torch.ops':>9} {'raw':>7} {'overhead':>8} {'index_select':>12}")
+    fmt = lambda v: f"{v:.2f}" if v is not None else "-"  # noqa: E731
+    for r in dispatch:
+        print(f"{r['op']:26} {r['partition_us']:9.2f} {fmt(r['torch_ops_us']):>9} {r['raw_us']:7.2f} "
+              f"{r['overhead_us']:8.2f} {fmt(r['index_select_us']):>12}{'' if r['meets_target'] else '  > 10 us'}")
+    bw_ok = all(r["meets_target"] for r in results)
+    dispatch_ok = all(r["meets_target"] for r in dispatch)
+    print(f"targets: op within 2 % of the raw kernel on every row: {'yes' if bw_ok else 'NO'}; "
+          f"dispatch overhead <= {DISPATCH_TARGET_US:g} us: {'yes' if dispatch_ok else 'NO'}")
+    report = {"bench": "cp_torch_ops", "device": name, "torch": torch.__version__, "iterations": args.iterations,
+              "warmup": args.warmup, "dtype": "bfloat16", "bandwidth": results, "dispatch": dispatch,
+              "bandwidth_target_met": bw_ok, "dispatch_target_met": dispatch_ok, "not_run": skipped}
+    line = json.dumps(report)
+    print(line)
+    out = os.environ.get("OUT")
+    if out:
+        with open(os.path.join(out, "cp_torch_ops.json"), "w") as f:
+            f.write(line + "\n")
+
+
+if __name__ == "__main__":
+    main()

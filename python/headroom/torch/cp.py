@@ -1,0 +1,708 @@
+"""Context-parallel split / gather of packed (THD, ``cu_seqlens``) batches as torch custom ops.
+
+Every op is a ``torch.library.custom_op`` in the ``headroom`` namespace with a fake
+implementation (``torch.compile`` traces through it with no graph break) and an autograd formula
+through its adjoint. On CUDA tensors the ops launch headroom's kernels (``headroom._cuda``: no
+index tensor in memory, on the current stream); on CPU they are torch index ops driven by the
+same C++ index plan, so ``torch.library.opcheck`` runs on CPU-only machines.
+
+A :class:`Partition` is built once per batch from ``cu_seqlens`` and reused by every op::
+
+    part = Partition(cu_seqlens_padded, cp_size, cp_rank)        # or Partition.from_raw(raw_cu, ...)
+    local = part.split(hidden)                                   # [T, ...] -> [T/cp, ...]
+    labels, mask = part.shifted_label_split(raw_ids, raw_mask)   # from raw, unpadded ids
+    full = gather(local_logprobs, part, group)                   # all-gather + reorder, differentiable
+
+Any dtype and row width (the trailing dimensions are opaque). Bad input raises
+``headroom.invalid_argument`` (a ValueError) naming the value and what was expected.
+"""
+from __future__ import annotations
+
+import enum
+import math
+import weakref
+from typing import Callable, NamedTuple, Optional, Union
+
+import torch
+
+import headroom
+from headroom import invalid_argument
+
+from headroom._core import cp as _host  # the C++ partition, padding and index plans
+
+try:
+    from headroom import _cuda
+except ImportError:  # built without nvcc: CPU tensors only
+    _cuda = None
+
+__all__ = [
+    "Partition",
+    "GatherOutput",
+    "CollectedOutput",
+    "gather",
+    "collect_output",
+    "split",
+    "split_adjoint",
+    "to_sequence_order",
+    "to_rank_order",
+    "pad_split",
+    "shifted_label_split",
+]
+
+_LAYOUTS = ("dual_chunk", "contiguous")
+_INDEX_DTYPES = (torch.int32, torch.int64)
+
+
+# ---- plans: one per batch, found again by the ops from the cu_seqlens tensor they are given ---------
+
+
+def _host_cu(cu_seqlens, what: str) -> torch.Tensor:
+    """cu_seqlens (tensor, list, tuple) as a 1-D int64 CPU tensor; the values are checked in C++."""
+    if isinstance(cu_seqlens, torch.Tensor):
+        if cu_seqlens.dtype not in _INDEX_DTYPES:
+            raise invalid_argument(f"{what}: cu_seqlens has dtype {cu_seqlens.dtype}, expected torch.int32 or torch.int64")
+        if cu_seqlens.dim() != 1:
+            raise invalid_argument(f"{what}: cu_seqlens has shape {tuple(cu_seqlens.shape)}, expected one dimension")
+        # A copy: the partition keeps its own boundaries whatever the caller does to theirs.
+        return cu_seqlens.detach().to(device="cpu", dtype=torch.int64, copy=True).contiguous()
+    try:
+        return torch.tensor(list(cu_seqlens), dtype=torch.int64)
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise invalid_argument(f"{what}: cu_seqlens = {cu_seqlens!r}, expected a 1-D sequence of ints") from e
+
+
+def _checked_layout(layout: str, what: str) -> str:
+    if layout not in _LAYOUTS:
+        raise invalid_argument(f"{what}: layout = {layout!r}, expected 'dual_chunk' or 'contiguous'")
+    return layout
+
+
+class _Entry:
+    """One batch's C++ partition (and padding, for raw boundaries) with what the ops derive from
+    it: sizes as ints, index plans as tensors per device, and the CUDA plan with device copies
+    of the boundaries its kernels read."""
+
+    __slots__ = ("host_cu", "args", "partition", "padding", "version", "global_rows", "local_rows", "raw_rows",
+                 "indices", "cuda_plan", "device", "device_cu")
+
+    def __init__(self, host_cu: list, version: int, cp_size: int, cp_rank: int, layout: str, raw=None):
+        """raw = (tp, extra, total_multiple): host_cu are raw boundaries, padded here."""
+        self.host_cu, self.args, self.version = host_cu, (cp_size, cp_rank, layout, raw), version
+        if raw is None:
+            self.padding = None
+            self.partition = _host.Partition(host_cu, cp_size, cp_rank, layout)
+        else:
+            tp, extra, total_multiple = raw
+            self.padding = _host.Padding(host_cu, _host.alignment_for(layout, cp_size, tp, extra), total_multiple)
+            self.partition = _host.Partition(self.padding.padded_cu_seqlens, cp_size, cp_rank, layout)
+        self.global_rows = self.partition.global_rows
+        self.local_rows = self.partition.local_rows
+        self.raw_rows = self.padding.raw_rows if raw is not None else -1
+        self.indices = {}
+        self.cuda_plan = self.device = self.device_cu = None
+
+    def index(self, name: str, device: torch.device, shift: int = 0):
+        """An index tensor of the plan on `device`: "local", "gather", "pad_split" (raw row or -1
+        per local row) or "pad_split_pairs" (local rows with a raw source, and those raw rows)."""
+        key = (name, shift, device)
+        t = self.indices.get(key)
+        if t is None:
+            if name == "local":
+                t = torch.from_numpy(self.partition.local_index()).to(device)
+            elif name == "gather":
+                t = torch.from_numpy(self.partition.gather_index()).to(device)
+            else:
+                t = self.pad_split_index(shift)
+                if name == "pad_split_pairs":
+                    rows = torch.nonzero(t >= 0).flatten()
+                    t = (rows.to(device), t[rows].to(device))
+                else:
+                    t = t.to(device)
+            self.indices[key] = t
+        return t
+
+    def pad_split_index(self, shift: int) -> torch.Tensor:
+        """The raw row each local row reads, -1 for a pad; shift 1: the next token of the same
+        sequence (the label), -1 past its last real token (where the loss mask is 0)."""
+        if shift == 0:
+            return torch.from_numpy(_host.pad_split_index(self.padding, self.partition))
+        labels, mask = _host.shifted_labels(self.padding, self.partition, None, None, -1)
+        return torch.from_numpy(labels).masked_fill_(torch.from_numpy(mask) == 0, -1)
+
+    def bind(self, device: torch.device):
+        """The CUDA plan, with device copies of the boundaries (kept alive here) on `device`."""
+        if device != self.device:
+            if _cuda is None:
+                raise ImportError("headroom.torch.cp: CUDA tensors need headroom._cuda; reinstall headroom with the "
+                                  "CUDA toolkit (nvcc) present")
+            if self.cuda_plan is None:
+                cp_size, cp_rank, layout, raw = self.args
+                self.cuda_plan = (_cuda.Plan(self.host_cu, cp_size, cp_rank, layout) if raw is None
+                                  else _cuda.Plan.from_raw(self.host_cu, cp_size, cp_rank, layout, *raw))
+            padded = torch.tensor(self.partition.global_cu_seqlens, dtype=torch.int64).to(device)
+            raw_cu = None
+            if self.padding is not None:
+                raw_cu = torch.tensor(self.host_cu, dtype=torch.int64).to(device)
+                self.cuda_plan.set_device_raw_cu(raw_cu.data_ptr(), raw_cu.numel(), 8)
+            self.cuda_plan.set_device_cu(padded.data_ptr(), padded.numel(), 8)
+            self.device, self.device_cu = device, (padded, raw_cu)
+        return self.cuda_plan
+
+
+# (id(cu_seqlens), plan key) -> (weak reference to the tensor, _Entry). A Partition registers its
+# plans here, so the ops find them by the tensor they are given without rebuilding; a tensor the
+# ops have not seen (a copy made by opcheck or by a compiled graph), or one changed in place since,
+# gets its plan built once from its values. Entries leave with their tensor.
+_plans: dict = {}
+
+
+def _forget(key):
+    return lambda _ref: _plans.pop(key, None)
+
+
+def _register(cu: torch.Tensor, key: tuple, entry: _Entry) -> _Entry:
+    k = (id(cu),) + key
+    _plans[k] = (weakref.ref(cu, _forget(k)), entry)
+    return entry
+
+
+def _lookup(cu: torch.Tensor, cp_size: int, cp_rank: int, layout: str, raw, what: str) -> _Entry:
+    key = (cp_size, cp_rank, layout, raw)
+    hit = _plans.get((id(cu),) + key)
+    if hit is not None and hit[0]() is cu and hit[1].version == cu._version:
+        return hit[1]
+    entry = _Entry(_host_cu(cu, what).tolist(), cu._version, cp_size, cp_rank, _checked_layout(layout, what), raw)
+    return _register(cu, key, entry)
+
+
+def _padded_entry(cu: torch.Tensor, cp_size: int, cp_rank: int, layout: str, what: str) -> _Entry:
+    return _lookup(cu, cp_size, cp_rank, layout, None, what)
+
+
+def _raw_entry(raw_cu: torch.Tensor, cp_size: int, cp_rank: int, layout: str, tp: int, extra: int,
+               total_multiple: int, what: str) -> _Entry:
+    return _lookup(raw_cu, cp_size, cp_rank, layout, (tp, extra, total_multiple), what)
+
+
+# ---- input checks (before anything runs) -------------------------------------------------------------
+
+
+def _check_rows(x: torch.Tensor, rows: int, what: str, name: str, expected: str) -> None:
+    if x.dim() < 1:
+        raise invalid_argument(f"{what}: {name} is a 0-d tensor, expected [rows, ...] with {rows} rows ({expected})")
+    if x.shape[0] != rows:
+        raise invalid_argument(f"{what}: {name} has {x.shape[0]} rows (shape {tuple(x.shape)}), expected {rows} ({expected})")
+    if not x.is_contiguous():
+        raise invalid_argument(f"{what}: {name} of shape {tuple(x.shape)} has strides {x.stride()}, expected a "
+                               "contiguous tensor (call .contiguous() first)")
+    if not (x.is_cuda or x.is_cpu):
+        raise invalid_argument(f"{what}: {name} is on device {x.device}, expected a CPU or CUDA tensor")
+
+
+def _width(x: torch.Tensor) -> int:
+    """Elements per row (dimension 0 is rows)."""
+    return x.numel() // x.shape[0] if x.shape[0] else math.prod(x.shape[1:])
+
+
+_current_device = torch._C._cuda_getDevice if hasattr(torch._C, "_cuda_getDevice") else None
+_raw_stream = torch._C._cuda_getCurrentRawStream if hasattr(torch._C, "_cuda_getCurrentRawStream") else None
+
+
+def _launch(entry: _Entry, method: str, x: torch.Tensor, out: torch.Tensor, *extra) -> torch.Tensor:
+    """One kernel launch on x's device and that device's current stream."""
+    if x.numel() == 0 and out.numel() == 0:
+        return out
+    plan = entry.bind(x.device)
+    device = x.get_device()
+    args = (x.data_ptr(), x.shape[0], out.data_ptr(), out.shape[0], _width(x), x.element_size(), *extra)
+    if device == _current_device():
+        getattr(plan, method)(*args, _raw_stream(device))
+    else:
+        with torch.cuda.device(device):
+            getattr(plan, method)(*args, _raw_stream(device))
+    return out
+
+
+# ---- implementations (what the ops run; the eager path calls them directly) ---------------------------
+
+_SPLIT = "headroom.torch.cp.split"
+_SPLIT_ADJ = "headroom.torch.cp.split_adjoint"
+_TO_SEQ = "headroom.torch.cp.to_sequence_order"
+_TO_RANK = "headroom.torch.cp.to_rank_order"
+_PAD_SPLIT = "headroom.torch.cp.pad_split"
+_PAD_SPLIT_ADJ = "headroom.torch.cp.pad_split_adjoint"
+
+
+def _split_impl(x, cu_seqlens, cp_size, cp_rank, layout):
+    e = _padded_entry(cu_seqlens, cp_size, cp_rank, layout, _SPLIT)
+    _check_rows(x, e.global_rows, _SPLIT, "input", "cu_seqlens[-1], the padded total")
+    if x.is_cpu:
+        return x.index_select(0, e.index("local", x.device))
+    return _launch(e, "split", x, x.new_empty((e.local_rows, *x.shape[1:])))
+
+
+def _split_adjoint_impl(y, cu_seqlens, cp_size, cp_rank, layout):
+    e = _padded_entry(cu_seqlens, cp_size, cp_rank, layout, _SPLIT_ADJ)
+    _check_rows(y, e.local_rows, _SPLIT_ADJ, "input", "this rank's rows, cu_seqlens[-1] / cp_size")
+    if y.is_cpu:
+        return y.new_zeros((e.global_rows, *y.shape[1:])).index_copy_(0, e.index("local", y.device), y)
+    return _launch(e, "split_adjoint", y, y.new_empty((e.global_rows, *y.shape[1:])))
+
+
+def _to_sequence_order_impl(x, cu_seqlens, cp_size, layout):
+    e = _padded_entry(cu_seqlens, cp_size, 0, layout, _TO_SEQ)
+    _check_rows(x, e.global_rows, _TO_SEQ, "rank-major input", "cu_seqlens[-1], every rank's rows")
+    if x.is_cpu:
+        return x.index_select(0, e.index("gather", x.device))
+    return _launch(e, "to_sequence_order", x, torch.empty_like(x))
+
+
+def _to_rank_order_impl(x, cu_seqlens, cp_size, layout):
+    e = _padded_entry(cu_seqlens, cp_size, 0, layout, _TO_RANK)
+    _check_rows(x, e.global_rows, _TO_RANK, "sequence-order input", "cu_seqlens[-1]")
+    if x.is_cpu:
+        return torch.empty_like(x).index_copy_(0, e.index("gather", x.device), x)
+    return _launch(e, "to_rank_order", x, torch.empty_like(x))
+
+
+def _element_bytes(value: torch.Tensor) -> bytes:
+    """The bytes of a 0-d tensor's element (any dtype, bfloat16 included), as the kernel's fill."""
+    return bytes(value.reshape(1).view(torch.uint8).tolist())
+
+
+def _pad_split_impl(raw, raw_cu_seqlens, cp_size, cp_rank, layout, tp, extra, total_multiple, pad_value, shift):
+    e = _raw_entry(raw_cu_seqlens, cp_size, cp_rank, layout, tp, extra, total_multiple, _PAD_SPLIT)
+    _check_rows(raw, e.raw_rows, _PAD_SPLIT, "raw input", "raw_cu_seqlens[-1]")
+    if shift not in (0, 1):
+        raise invalid_argument(f"{_PAD_SPLIT}: shift = {shift}, expected 0 (the rows) or 1 (next-token labels)")
+    pad = torch.tensor(pad_value, dtype=raw.dtype)
+    if raw.is_cpu:
+        idx = e.index("pad_split", raw.device, shift)
+        if raw.shape[0] == 0:
+            return pad.expand((e.local_rows, *raw.shape[1:])).clone()
+        out = raw.index_select(0, idx.clamp(min=0))
+        out[idx < 0] = pad
+        return out
+    return _launch(e, "pad_split", raw, raw.new_empty((e.local_rows, *raw.shape[1:])), _element_bytes(pad), shift)
+
+
+def _pad_split_adjoint_impl(grad, raw_cu_seqlens, raw_rows, cp_size, cp_rank, layout, tp, extra, total_multiple,
+                            shift):
+    e = _raw_entry(raw_cu_seqlens, cp_size, cp_rank, layout, tp, extra, total_multiple, _PAD_SPLIT_ADJ)
+    _check_rows(grad, e.local_rows, _PAD_SPLIT_ADJ, "gradient", "this rank's padded rows")
+    if raw_rows != e.raw_rows:
+        raise invalid_argument(f"{_PAD_SPLIT_ADJ}: raw_rows = {raw_rows}, expected {e.raw_rows} (raw_cu_seqlens[-1])")
+    local, raw = e.index("pad_split_pairs", grad.device, shift)
+    return grad.new_zeros((raw_rows, *grad.shape[1:])).index_copy_(0, raw, grad.index_select(0, local))
+
+
+# ---- the custom ops: schema, implementation, fake (shapes only), autograd through the adjoints --------
+
+
+@torch.library.custom_op("headroom::cp_split", mutates_args=())
+def _split_op(x: torch.Tensor, cu_seqlens: torch.Tensor, cp_size: int, cp_rank: int, layout: str) -> torch.Tensor:
+    return _split_impl(x, cu_seqlens, cp_size, cp_rank, layout)
+
+
+@torch.library.custom_op("headroom::cp_split_adjoint", mutates_args=())
+def _split_adjoint_op(y: torch.Tensor, cu_seqlens: torch.Tensor, cp_size: int, cp_rank: int,
+                      layout: str) -> torch.Tensor:
+    return _split_adjoint_impl(y, cu_seqlens, cp_size, cp_rank, layout)
+
+
+@torch.library.custom_op("headroom::cp_to_sequence_order", mutates_args=())
+def _to_sequence_order_op(x: torch.Tensor, cu_seqlens: torch.Tensor, cp_size: int, layout: str) -> torch.Tensor:
+    return _to_sequence_order_impl(x, cu_seqlens, cp_size, layout)
+
+
+@torch.library.custom_op("headroom::cp_to_rank_order", mutates_args=())
+def _to_rank_order_op(x: torch.Tensor, cu_seqlens: torch.Tensor, cp_size: int, layout: str) -> torch.Tensor:
+    return _to_rank_order_impl(x, cu_seqlens, cp_size, layout)
+
+
+@torch.library.custom_op("headroom::cp_pad_split", mutates_args=())
+def _pad_split_op(raw: torch.Tensor, raw_cu_seqlens: torch.Tensor, cp_size: int, cp_rank: int, layout: str,
+                  tp: int, extra: int, total_multiple: int, pad_value: float, shift: int) -> torch.Tensor:
+    return _pad_split_impl(raw, raw_cu_seqlens, cp_size, cp_rank, layout, tp, extra, total_multiple, pad_value, shift)
+
+
+@torch.library.custom_op("headroom::cp_pad_split_adjoint", mutates_args=())
+def _pad_split_adjoint_op(grad: torch.Tensor, raw_cu_seqlens: torch.Tensor, raw_rows: int, cp_size: int, cp_rank: int,
+                          layout: str, tp: int, extra: int, total_multiple: int, shift: int) -> torch.Tensor:
+    return _pad_split_adjoint_impl(grad, raw_cu_seqlens, raw_rows, cp_size, cp_rank, layout, tp, extra,
+                                   total_multiple, shift)
+
+
+@_split_op.register_fake
+def _(x, cu_seqlens, cp_size, cp_rank, layout):
+    return x.new_empty((x.shape[0] // cp_size, *x.shape[1:]))
+
+
+@_split_adjoint_op.register_fake
+def _(y, cu_seqlens, cp_size, cp_rank, layout):
+    return y.new_empty((y.shape[0] * cp_size, *y.shape[1:]))
+
+
+@_to_sequence_order_op.register_fake
+def _(x, cu_seqlens, cp_size, layout):
+    return torch.empty_like(x)
+
+
+@_to_rank_order_op.register_fake
+def _(x, cu_seqlens, cp_size, layout):
+    return torch.empty_like(x)
+
+
+@_pad_split_op.register_fake
+def _(raw, raw_cu_seqlens, cp_size, cp_rank, layout, tp, extra, total_multiple, pad_value, shift):
+    # The padded total depends on the boundaries' values: a data-dependent size.
+    rows = torch.library.get_ctx().new_dynamic_size()
+    return raw.new_empty((rows, *raw.shape[1:]))
+
+
+@_pad_split_adjoint_op.register_fake
+def _(grad, raw_cu_seqlens, raw_rows, cp_size, cp_rank, layout, tp, extra, total_multiple, shift):
+    return grad.new_empty((raw_rows, *grad.shape[1:]))
+
+
+# Backward formulas, shared by the ops' autograd and the eager path. `args` are the op's
+# arguments after the tensor; each returns the input's gradient.
+
+
+def _split_grad(g, args):
+    return _split_adjoint_op(g.contiguous(), *args)
+
+
+def _split_adjoint_grad(g, args):
+    return _split_op(g.contiguous(), *args)
+
+
+def _to_sequence_order_grad(g, args):
+    return _to_rank_order_op(g.contiguous(), *args)
+
+
+def _to_rank_order_grad(g, args):
+    return _to_sequence_order_op(g.contiguous(), *args)
+
+
+def _pad_split_grad(g, args, raw_rows):
+    raw_cu, cp_size, cp_rank, layout, tp, extra, total_multiple, _pad, shift = args
+    return _pad_split_adjoint_op(g.contiguous(), raw_cu, raw_rows, cp_size, cp_rank, layout, tp, extra,
+                                 total_multiple, shift)
+
+
+def _pad_split_adjoint_grad(g, args):
+    raw_cu, _raw_rows, cp_size, cp_rank, layout, tp, extra, total_multiple, shift = args
+    return _pad_split_op(g.contiguous(), raw_cu, cp_size, cp_rank, layout, tp, extra, total_multiple, 0.0, shift)
+
+
+def _register_autograd(op, grad_fn, nargs):
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[1])
+        ctx.rest = inputs[2:]
+        ctx.raw_rows = inputs[0].shape[0]
+
+    def backward(ctx, g):
+        (cu,) = ctx.saved_tensors
+        args = (cu, *ctx.rest)
+        dx = grad_fn(g, args, ctx.raw_rows) if grad_fn is _pad_split_grad else grad_fn(g, args)
+        return (dx,) + (None,) * (nargs - 1)
+
+    op.register_autograd(backward, setup_context=setup_context)
+
+
+_register_autograd(_split_op, _split_grad, 5)
+_register_autograd(_split_adjoint_op, _split_adjoint_grad, 5)
+_register_autograd(_to_sequence_order_op, _to_sequence_order_grad, 4)
+_register_autograd(_to_rank_order_op, _to_rank_order_grad, 4)
+_register_autograd(_pad_split_op, _pad_split_grad, 10)
+_register_autograd(_pad_split_adjoint_op, _pad_split_adjoint_grad, 10)
+
+
+# ---- eager path: the dispatcher adds ~10 us a call in Python; with nothing that needs it (no
+# torch.compile, no dispatch or function mode, no functorch transform, a plain tensor) the
+# Partition methods call the implementation directly, through the same backward formulas. ------------
+
+
+class _Eager(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, impl, grad, args):
+        ctx.grad, ctx.args, ctx.raw_rows = grad, args, x.shape[0]
+        return impl(x, *args)
+
+    @staticmethod
+    def backward(ctx, g):
+        if ctx.grad is _pad_split_grad:
+            return ctx.grad(g, ctx.args, ctx.raw_rows), None, None, None
+        return ctx.grad(g, ctx.args), None, None, None
+
+
+# The innermost functorch transform's level (vmap, grad, ...), None outside any.
+_functorch_level = getattr(getattr(torch._C, "_functorch", None), "maybe_current_level", lambda: None)
+
+
+def _eager_ok(x) -> bool:
+    return (type(x) is torch.Tensor and (x.is_cuda or x.is_cpu) and not torch.compiler.is_compiling()
+            and torch._C._len_torch_dispatch_stack() == 0 and not torch._C._is_torch_function_mode_enabled()
+            and _functorch_level() is None)
+
+
+def _call(op, impl, grad, x, *args):
+    if not _eager_ok(x):
+        return op(x, *args)
+    if x.requires_grad and torch.is_grad_enabled():
+        return _Eager.apply(x, impl, grad, args)
+    return impl(x, *args)
+
+
+# ---- the partition: built once per batch ----------------------------------------------------------------
+
+
+class Partition:
+    """One CP rank's share of a packed batch, built once from ``cu_seqlens`` and reused.
+
+    ``Partition(padded_cu_seqlens, cp_size, cp_rank)`` takes boundaries already padded so that the
+    layout can cut them (every sequence a multiple of ``2 * cp_size`` for ``dual_chunk``);
+    :meth:`from_raw` pads raw boundaries itself and adds :meth:`pad_split` and
+    :meth:`shifted_label_split`. ``cu_seqlens`` may be a tensor (int32 or int64, any device: read
+    once here) or a list.
+    """
+
+    def __init__(self, cu_seqlens, cp_size: int, cp_rank: int, *, layout: str = "dual_chunk"):
+        what = "headroom.torch.cp.Partition"
+        self._cu = _host_cu(cu_seqlens, what)
+        self._raw_cu = self._raw_plan = None
+        self._padded = _register(self._cu, (int(cp_size), int(cp_rank), layout, None),
+                                 _Entry(self._cu.tolist(), self._cu._version, int(cp_size), int(cp_rank),
+                                        _checked_layout(layout, what)))
+
+    @classmethod
+    def from_raw(cls, raw_cu_seqlens, cp_size: int, cp_rank: int, *, layout: str = "dual_chunk", tp: int = 1,
+                 extra: int = 1, total_multiple: int = 1) -> "Partition":
+        """Pads every sequence to lcm(2 * cp_size * tp, extra) (``dual_chunk``; cp_size * tp for
+        ``contiguous``) and the total to ``total_multiple`` with one dummy sequence (AReaL)."""
+        what = "headroom.torch.cp.Partition.from_raw"
+        self = cls.__new__(cls)
+        self._raw_cu = _host_cu(raw_cu_seqlens, what)
+        key = (int(cp_size), int(cp_rank), _checked_layout(layout, what), (int(tp), int(extra), int(total_multiple)))
+        self._raw_plan = _register(self._raw_cu, key, _Entry(self._raw_cu.tolist(), self._raw_cu._version, *key))
+        self._cu = torch.from_numpy(self._raw_plan.padding.padded_cu_seqlens).clone()
+        self._padded = _register(self._cu, key[:3] + (None,),
+                                 _Entry(self._cu.tolist(), self._cu._version, *key[:3]))
+        return self
+
+    # -- what it is
+    cp_size = property(lambda self: self._padded.args[0])
+    cp_rank = property(lambda self: self._padded.args[1])
+    layout = property(lambda self: self._padded.args[2])
+    global_rows = property(lambda self: self._padded.global_rows, doc="Padded rows of the whole batch (T).")
+    local_rows = property(lambda self: self._padded.local_rows, doc="This rank's rows (T / cp_size).")
+    sequences = property(lambda self: self._padded.partition.sequences)
+
+    @property
+    def cu_seqlens(self) -> torch.Tensor:
+        """Global padded boundaries (int64, CPU): what attention kernels take as cu_seqlens_padded."""
+        return self._cu
+
+    @property
+    def local_cu_seqlens(self) -> torch.Tensor:
+        """This rank's boundaries in its local buffer (int64, CPU)."""
+        return torch.from_numpy(self._padded.partition.local_cu_seqlens).clone()
+
+    @property
+    def raw_cu_seqlens(self) -> Optional[torch.Tensor]:
+        """The raw boundaries of :meth:`from_raw` (int64, CPU), else None."""
+        return self._raw_cu
+
+    @property
+    def raw_rows(self) -> int:
+        return self._raw_args("headroom.torch.cp.Partition.raw_rows")[0].raw_rows
+
+    def for_rank(self, rank: int) -> "Partition":
+        """The same batch seen from another rank."""
+        cp_size, _, layout, raw = (self._raw_plan or self._padded).args
+        if raw is not None:
+            return Partition.from_raw(self._raw_cu, cp_size, rank, layout=layout, tp=raw[0], extra=raw[1],
+                                      total_multiple=raw[2])
+        return Partition(self._cu, cp_size, rank, layout=layout)
+
+    def local_index(self, device=None, dtype=torch.int64) -> torch.Tensor:
+        """This rank's global source row of every local row (TE's partitioned indices)."""
+        return torch.from_numpy(self._padded.partition.local_index()).to(device=device, dtype=dtype)
+
+    def gather_index(self, device=None, dtype=torch.int64) -> torch.Tensor:
+        """out[g] = rank_major[gather_index[g]] (AReaL's reassemble indices)."""
+        return torch.from_numpy(self._padded.partition.gather_index()).to(device=device, dtype=dtype)
+
+    def __repr__(self) -> str:
+        plan = self._raw_plan or self._padded
+        return f"headroom.torch.cp.Partition({plan.partition!r}{' from ' + repr(plan.padding) if plan.padding else ''})"
+
+    # -- ops
+    def split(self, x: torch.Tensor) -> torch.Tensor:
+        """Global padded [T, ...] -> this rank's [T/cp, ...]."""
+        cp_size, cp_rank, layout, _ = self._padded.args
+        return _call(_split_op, _split_impl, _split_grad, x, self._cu, cp_size, cp_rank, layout)
+
+    def split_adjoint(self, y: torch.Tensor) -> torch.Tensor:
+        """This rank's [T/cp, ...] back to [T, ...], zeros in the rows other ranks hold."""
+        cp_size, cp_rank, layout, _ = self._padded.args
+        return _call(_split_adjoint_op, _split_adjoint_impl, _split_adjoint_grad, y, self._cu, cp_size, cp_rank,
+                     layout)
+
+    def to_sequence_order(self, x: torch.Tensor) -> torch.Tensor:
+        """Rank-major [T, ...] (an all-gather of every rank's local rows) -> sequence order."""
+        cp_size, _, layout, _ = self._padded.args
+        return _call(_to_sequence_order_op, _to_sequence_order_impl, _to_sequence_order_grad, x, self._cu, cp_size,
+                     layout)
+
+    def to_rank_order(self, x: torch.Tensor) -> torch.Tensor:
+        """Sequence order -> rank-major (TE's thd_sequence_order_to_cp_rank_order)."""
+        cp_size, _, layout, _ = self._padded.args
+        return _call(_to_rank_order_op, _to_rank_order_impl, _to_rank_order_grad, x, self._cu, cp_size, layout)
+
+    def _raw_args(self, what: str):
+        if self._raw_plan is None:
+            raise headroom.logic_error(f"{what}: this partition was built from padded cu_seqlens; use Partition.from_raw")
+        cp_size, cp_rank, layout, (tp, extra, total_multiple) = self._raw_plan.args
+        return self._raw_plan, (self._raw_cu, cp_size, cp_rank, layout, tp, extra, total_multiple)
+
+    def pad_split(self, raw: torch.Tensor, pad_value: float = 0, shift: int = 0) -> torch.Tensor:
+        """split(pad(raw)) in one pass from raw, unpadded [T_raw, ...]. shift = 1: the next token
+        of the same sequence (labels), pad_value past each sequence's last real token."""
+        _, args = self._raw_args("headroom.torch.cp.Partition.pad_split")
+        return _call(_pad_split_op, _pad_split_impl, _pad_split_grad, raw, *args, float(pad_value), int(shift))
+
+    def shifted_label_split(self, raw_ids: torch.Tensor, raw_loss_mask: Optional[torch.Tensor] = None,
+                            pad_value: float = 0):
+        """This rank's next-token labels and loss mask from raw ids (and an optional raw mask):
+        mask = raw_mask of the label token, 0 at every sequence's last real token and every pad,
+        so no cross-sequence or padded label counts. Returns (labels, mask); mask is bool when no
+        raw mask is given, else raw_loss_mask's dtype."""
+        if raw_loss_mask is None:
+            raw_loss_mask = torch.ones(raw_ids.shape[0], dtype=torch.bool, device=raw_ids.device)
+        elif raw_loss_mask.device != raw_ids.device:
+            raise invalid_argument(f"headroom.torch.cp.shifted_label_split: loss mask on {raw_loss_mask.device}, "
+                                   f"ids on {raw_ids.device}; expected one device")
+        return self.pad_split(raw_ids, pad_value, 1), self.pad_split(raw_loss_mask, 0, 1)
+
+
+def split(x: torch.Tensor, partition: Partition) -> torch.Tensor:
+    return partition.split(x)
+
+
+def split_adjoint(y: torch.Tensor, partition: Partition) -> torch.Tensor:
+    return partition.split_adjoint(y)
+
+
+def to_sequence_order(x: torch.Tensor, partition: Partition) -> torch.Tensor:
+    return partition.to_sequence_order(x)
+
+
+def to_rank_order(x: torch.Tensor, partition: Partition) -> torch.Tensor:
+    return partition.to_rank_order(x)
+
+
+def pad_split(raw: torch.Tensor, partition: Partition, pad_value: float = 0, shift: int = 0) -> torch.Tensor:
+    return partition.pad_split(raw, pad_value, shift)
+
+
+def shifted_label_split(raw_ids: torch.Tensor, partition: Partition, raw_loss_mask: Optional[torch.Tensor] = None,
+                        pad_value: float = 0):
+    return partition.shifted_label_split(raw_ids, raw_loss_mask, pad_value)
+
+
+# ---- gather over a torch.distributed group, and the last stage's output policy ------------------------
+
+
+def _check_group(partition: Partition, group, what: str) -> None:
+    import torch.distributed as dist
+
+    size = dist.get_world_size(group)
+    rank = dist.get_rank(group)
+    if size != partition.cp_size or rank != partition.cp_rank:
+        raise invalid_argument(f"{what}: the group has rank {rank} of {size}, the partition is rank "
+                               f"{partition.cp_rank} of cp_size {partition.cp_size}")
+
+
+def gather(local: torch.Tensor, partition: Partition, group=None, *, gradient: str = "reduce_scatter") -> torch.Tensor:
+    """Every rank's [T/cp, ...] -> [T, ...] in sequence order on every rank (all-gather, then the
+    reorder kernel). ``gradient="reduce_scatter"`` (the adjoint): rank r's gradient is the sum
+    over ranks of split_r(dy_k), so a loss computed identically on every rank gets a factor cp
+    (AReaL's reassemble_cp_packed_logprobs; count tokens over DP x CP to cancel it).
+    ``gradient="local"``: the peers' rows are detached and only this rank's gradient flows back
+    (AReaL's postprocess_packed_seqs_context_parallel), no collective in backward."""
+    what = "headroom.torch.cp.gather"
+    if gradient not in ("reduce_scatter", "local"):
+        raise invalid_argument(f"{what}: gradient = {gradient!r}, expected 'reduce_scatter' or 'local'")
+    if partition.cp_size == 1:
+        return partition.to_sequence_order(local)
+    _check_group(partition, group, what)
+    _check_rows(local, partition.local_rows, what, "local input", "this rank's rows")
+    return _Gather.apply(local, partition, group, gradient == "reduce_scatter")
+
+
+class _Gather(torch.autograd.Function):
+    """all_gather_into_tensor (rank-major [T, ...]) then the reorder: one [T, ...] buffer besides
+    the result. Backward: the adjoint (reorder back, reduce-scatter), or this rank's rows only."""
+
+    @staticmethod
+    def forward(ctx, local, partition, group, reduce_scatter):
+        import torch.distributed as dist
+
+        ctx.partition, ctx.group, ctx.reduce_scatter = partition, group, reduce_scatter
+        rank_major = local.new_empty((partition.global_rows, *local.shape[1:]))
+        dist.all_gather_into_tensor(rank_major, local, group=group)
+        return partition.to_sequence_order(rank_major)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dy):
+        import torch.distributed as dist
+
+        p = ctx.partition
+        if not ctx.reduce_scatter:
+            return p.split(dy.contiguous()), None, None, None
+        dx = dy.new_empty((p.local_rows, *dy.shape[1:]))
+        dist.reduce_scatter_tensor(dx, p.to_rank_order(dy.contiguous()), group=ctx.group)
+        return dx, None, None, None
+
+
+class GatherOutput(str, enum.Enum):
+    """What the last stage returns (docs/cp.md, 'gather_output')."""
+
+    FULL = "full"  #: every rank gets [T, ...] in sequence order
+    NONE = "none"  #: the local shard and its local cu_seqlens (compute the loss there)
+    PER_TOKEN = "per_token"  #: per-token vectors computed on the shard, only those gathered
+
+
+class CollectedOutput(NamedTuple):
+    rows: torch.Tensor  #: [T, ...] in sequence order, or the local [T/cp, ...] under NONE
+    cu_seqlens: torch.Tensor  #: the boundaries of `rows` (global padded, or this rank's local)
+
+
+def collect_output(output: torch.Tensor, partition: Partition, group=None,
+                   policy: Union[GatherOutput, str] = GatherOutput.PER_TOKEN,
+                   per_token: Optional[Callable[[torch.Tensor], torch.Tensor]] = None, *,
+                   gradient: str = "reduce_scatter") -> CollectedOutput:
+    """The last stage's single entry point under a gather_output policy.
+
+    ``per_token`` maps the local output [T/cp, ...] to per-token vectors [T/cp, k] (log-probs,
+    entropy) under PER_TOKEN; only those are gathered, never the logits."""
+    what = "headroom.torch.cp.collect_output"
+    try:
+        policy = GatherOutput(policy)
+    except ValueError:
+        raise invalid_argument(f"{what}: policy = {policy!r}, expected 'full', 'none' or 'per_token'") from None
+    if policy is GatherOutput.NONE:
+        _check_rows(output, partition.local_rows, what, "local output", "this rank's rows")
+        return CollectedOutput(output, partition.local_cu_seqlens)
+    if policy is GatherOutput.PER_TOKEN:
+        if per_token is None:
+            raise invalid_argument(f"{what}: policy 'per_token' needs per_token (local output -> [T/cp, k] vectors)")
+        vectors = per_token(output)
+        if vectors.dim() < 1 or vectors.shape[0] != partition.local_rows:
+            raise invalid_argument(f"{what}: per_token returned shape {tuple(vectors.shape)}, expected "
+                                   f"[{partition.local_rows}, ...] (one vector per local row)")
+        return CollectedOutput(gather(vectors.contiguous(), partition, group, gradient=gradient), partition.cu_seqlens)
+    return CollectedOutput(gather(output, partition, group, gradient=gradient), partition.cu_seqlens)
