@@ -3,7 +3,8 @@
 Submodules (imported on first use, so ``import headroom.torch`` stays cheap):
 ``megatron_fsdp`` (a drop-in double-buffer allocator for Megatron-FSDP), ``stats`` (memory
 statistics reduced across a process group), ``profile`` (step-gated memory snapshots) and ``cp``
-(context-parallel split / gather of packed sequences as torch custom ops).
+(context-parallel split / gather of packed sequences as torch custom ops), and the drop-ins
+``te`` (TransformerEngine's THD index helpers) and ``areal`` (AReaL's CP helpers).
 """
 import importlib
 
@@ -14,7 +15,7 @@ except ImportError as e:  # pragma: no cover - exercised only where torch is mis
         "headroom.torch needs PyTorch (pip install torch); the rest of headroom works without it"
     ) from e
 
-_SUBMODULES = ("megatron_fsdp", "stats", "profile", "cp")
+_SUBMODULES = ("megatron_fsdp", "stats", "profile", "cp", "te", "areal")
 
 
 def __getattr__(name):
