@@ -59,6 +59,16 @@ function __visible_root(){
 function __run(){
   if (document.querySelectorAll('svg').length === 0 && __tries++ < 80) { setTimeout(__run, 250); return; }
   var root = __visible_root();
+  if (location.search.indexOf('shot') >= 0) {  // a picture: no result text; the state view at mid-trace
+    document.getElementById('errors').style.display = 'none';
+    document.getElementById('result').style.display = 'none';
+    var pres = Array.from(root.querySelectorAll('pre')).filter(
+        p => p.parentElement && p.parentElement.style.gridColumn.startsWith('1'));
+    if (window.__state && pres.length > 0) {
+      pres[Math.floor(pres.length / 2)].dispatchEvent(new MouseEvent('mousedown', {bubbles: true, view: window}));
+    }
+    return;
+  }
   var out = {svgs: document.querySelectorAll('svg').length, polygons: root.querySelectorAll('polygon').length};
   if (window.__state) {
     var list = Array.from(root.querySelectorAll('pre')).filter(
@@ -183,7 +193,7 @@ def check_snapshot_in_viewer(chromium, base_url, www, name, raw, screenshots):
             f.write(page(raw, view, key == "state"))
         url = f"{base_url}/{urllib.parse.quote(fname)}"
         if screenshots:
-            run_page(chromium, url, os.path.join(screenshots, f"{name}.{key}.png"))
+            run_page(chromium, url + "?shot", os.path.join(screenshots, f"{name}.{key}.png"))
             continue
         got = run_page(chromium, url)
         if got["result"] is None:
