@@ -90,7 +90,12 @@ class recorder {
   void record(action a, void const* p, std::size_t bytes, std::uint64_t stream, category c, frame f) noexcept {
     if (p == nullptr) return;
     auto const addr = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p));
+    bool const on = recording_.load(std::memory_order_relaxed);
     event e{addr, bytes, stream, 0, c, f.filename, f.function, f.line, a, 0};
+    if constexpr (!Policy::per_thread_buffers) {
+      // Read first: the counter's latency overlaps the table update.
+      if (on && options_.timestamps) e.time = ticks();
+    }
     bool const is_segment = a == action::segment_alloc || a == action::segment_free;
     auto& shard = live_.shard_of(addr);
     std::lock_guard lock(shard.lock);
@@ -115,7 +120,7 @@ class recorder {
         break;
       }
     }
-    if (recording_.load(std::memory_order_relaxed)) {
+    if (on) {
       if constexpr (Policy::per_thread_buffers) {
         // Inside the shard's lock, so that the events of one block are ordered by time.
         e.time = options_.timestamps ? ordered_ticks() : sequence_.fetch_add(1, std::memory_order_relaxed);
@@ -125,8 +130,10 @@ class recorder {
           buffers_.lost();
         }
       } else {
-        e.time = options_.timestamps ? ticks() : sequence_.load(std::memory_order_relaxed);
-        if (!options_.timestamps) sequence_.store(e.time + 1, std::memory_order_relaxed);
+        if (!options_.timestamps) {
+          e.time = sequence_.load(std::memory_order_relaxed);
+          sequence_.store(e.time + 1, std::memory_order_relaxed);
+        }
         buffers_.local()->push(e);
       }
     }
