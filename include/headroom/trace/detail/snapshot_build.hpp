@@ -163,7 +163,8 @@ std::vector<event> with_segments(std::vector<event> const& events, Live const& l
     std::uint64_t size;
     bool own;  // added by this replay for a lone block
   };
-  std::map<std::uint64_t, seg> segs;
+  using seg_map = std::map<std::uint64_t, seg>;
+  seg_map segs;
   for (auto const& e : events) {
     if (e.kind == action::segment_free && first.at(e.addr) == action::segment_free && !segs.contains(e.addr)) {
       segs[e.addr] = {e.size, false};
@@ -172,7 +173,7 @@ std::vector<event> with_segments(std::vector<event> const& events, Live const& l
   live.for_each([&](live_entry const& e) {
     if (e.segment && !first.contains(e.addr)) segs[e.addr] = {e.size, false};
   });
-  auto containing = [&](std::uint64_t addr) -> std::map<std::uint64_t, seg>::iterator {
+  auto containing = [&](std::uint64_t addr) -> typename seg_map::iterator {
     auto it = segs.upper_bound(addr);
     if (it == segs.begin()) return segs.end();
     --it;
