@@ -65,22 +65,27 @@ class recorder {
   /// Forgets the recorded events (not the live table). Call it while no thread records.
   void clear_events() noexcept { buffers_.clear(); }
 
-  void alloc(void const* p, std::size_t bytes, std::uint64_t stream, category c = {}, frame f = {}) noexcept {
+  void alloc(void const* p, std::size_t bytes, std::uint64_t stream, category c = {},
+             frame f = frame::current()) noexcept {
     record(action::alloc, p, bytes, stream, c, f);
   }
   /// The block's owner released it but its memory is not reusable yet (a deferred free).
-  void free_requested(void const* p, std::size_t bytes, std::uint64_t stream, category c = {}, frame f = {}) noexcept {
+  void free_requested(void const* p, std::size_t bytes, std::uint64_t stream, category c = {},
+                      frame f = frame::current()) noexcept {
     record(action::free_requested, p, bytes, stream, c, f);
   }
   /// The memory is back in the allocator.
-  void free_completed(void const* p, std::size_t bytes, std::uint64_t stream, category c = {}, frame f = {}) noexcept {
+  void free_completed(void const* p, std::size_t bytes, std::uint64_t stream, category c = {},
+                      frame f = frame::current()) noexcept {
     record(action::free_completed, p, bytes, stream, c, f);
   }
   /// A region that later blocks live in (a pool arena, a cudaMalloc'ed segment).
-  void segment_alloc(void const* p, std::size_t bytes, std::uint64_t stream, category c = {}, frame f = {}) noexcept {
+  void segment_alloc(void const* p, std::size_t bytes, std::uint64_t stream, category c = {},
+                     frame f = frame::current()) noexcept {
     record(action::segment_alloc, p, bytes, stream, c, f);
   }
-  void segment_free(void const* p, std::size_t bytes, std::uint64_t stream, category c = {}, frame f = {}) noexcept {
+  void segment_free(void const* p, std::size_t bytes, std::uint64_t stream, category c = {},
+                    frame f = frame::current()) noexcept {
     record(action::segment_free, p, bytes, stream, c, f);
   }
 
