@@ -202,6 +202,27 @@ TEST_CASE("a wrapped ring keeps the newest events; blocks live before it stay in
   act.deallocate(hs, before, 4096);
 }
 
+TEST_CASE("an arena live before recording: synthetic segment_alloc, then its blocks' allocs") {
+  tr::recorder<> rec;
+  std::vector<std::byte> arena(8192);
+  auto const* p = arena.data();
+  rec.segment_alloc(p, 8192, 0, tr::categories::pool);
+  rec.alloc(p, 1024, 0, tr::categories::pool);
+  rec.alloc(p + 4096, 2048, 0, tr::categories::pool);
+  rec.start();
+  rec.free_completed(p + 4096, 2048, 0);
+  auto const s = tr::take_snapshot(rec);
+  REQUIRE(s.trace.size() >= 5);
+  CHECK(s.synthetic == 2);
+  CHECK(s.trace[0].kind == tr::action::segment_alloc);
+  CHECK(s.trace[0].what == tr::categories::pool);
+  CHECK(s.trace[1].kind == tr::action::alloc);
+  CHECK(s.trace[2].kind == tr::action::alloc);
+  CHECK(s.trace[2].addr == reinterpret_cast<std::uintptr_t>(p + 4096));
+  CHECK(count(s, tr::action::segment_alloc) == 1);  // the blocks lie in the arena: no segments of their own
+  save("arena_live_before.pickle", s);
+}
+
 TEST_CASE("an empty trace with live blocks still opens") {
   tr::recorder<> rec;
   tr::recording_resource act(aligned_resource{}, rec, tr::categories::activation);

@@ -7,9 +7,9 @@
 //   trace     the recorded events, with segment_alloc / segment_free added around blocks that
 //             lie in no segment, so that every block lies in a segment at every event (the
 //             viewer's segment views need that)
-// Blocks live when recording began get a synthetic alloc at the start of the trace, carrying
-// the category and frame they were allocated with (the viewer colours and labels blocks from
-// their alloc event only); an ordinary free is written free_requested + free_completed, as
+// Segments and blocks live when recording began get a synthetic segment_alloc / alloc at the
+// start of the trace, carrying the category and frame they were allocated with (the viewer
+// colours and labels blocks from their alloc event only); an ordinary free is written free_requested + free_completed, as
 // PyTorch writes it; blocks the live table had no room for are left out, and counted.
 #include <cstdint>
 #include <string_view>

@@ -25,7 +25,7 @@ template <class Recorder>
   std::int64_t const started = rec.start_ticks() != 0 ? rec.start_ticks() : ticks();  // never started: now
   std::int64_t const start = events.empty() ? started : events.front().time;
   auto trace = detail::allocs_live_at_start(events, rec.live(), start);
-  s.synthetic = trace.size();
+  for (auto const& e : trace) s.synthetic += e.kind == action::alloc ? 1 : 0;
   trace.insert(trace.end(), events.begin(), events.end());
   s.trace = detail::with_segments(detail::with_free_requests(trace), rec.live());
   auto const base = time_base::now();

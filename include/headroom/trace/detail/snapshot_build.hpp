@@ -98,31 +98,36 @@ inline std::vector<event> without_untracked(std::vector<event> const& events) {
   return out;
 }
 
-/// Synthetic allocs, in address order, for the blocks live before the first event: those whose
-/// first event is a free, and those live now that no event mentions. Each carries its block's
-/// size, stream, category and frame; `time` is the first event's.
+/// Synthetic allocs for what was live before the first event: segment_allocs (address order),
+/// then block allocs (address order). Live before means: the first event of the address is a
+/// free, or it is live now and no event mentions it. Each carries its size, stream, category
+/// and frame; `time` is the first event's.
 template <class Live>
 std::vector<event> allocs_live_at_start(std::vector<event> const& events, Live const& live, std::int64_t time) {
-  std::unordered_map<std::uint64_t, bool> first_is_alloc;
-  std::map<std::uint64_t, event> start;
+  std::unordered_map<std::uint64_t, bool> first_is_alloc[2];  // [0] blocks, [1] segments
+  std::map<std::uint64_t, event> start[2];
   for (auto const& e : events) {
-    if (!is_block_event(e.kind)) continue;
-    auto const [it, first] = first_is_alloc.try_emplace(e.addr, e.kind == action::alloc);
-    if (first && !it->second) start.emplace(e.addr, e);
+    int const seg = is_block_event(e.kind) ? 0 : 1;
+    bool const alloc = e.kind == action::alloc || e.kind == action::segment_alloc;
+    auto const [it, first] = first_is_alloc[seg].try_emplace(e.addr, alloc);
+    if (first && !it->second) start[seg].emplace(e.addr, e);
   }
   live.for_each([&](live_entry const& b) {
-    if (!b.segment && !first_is_alloc.contains(b.addr)) {
-      start.emplace(b.addr, event{b.addr, b.size, b.stream, 0, b.what, b.where.filename, b.where.function,
-                                  b.where.line, action::alloc, 0});
+    int const seg = b.segment ? 1 : 0;
+    if (!first_is_alloc[seg].contains(b.addr)) {
+      start[seg].emplace(b.addr, event{b.addr, b.size, b.stream, 0, b.what, b.where.filename, b.where.function,
+                                       b.where.line, action::alloc, 0});
     }
   });
   std::vector<event> out;
-  out.reserve(start.size());
-  for (auto [addr, e] : start) {
-    e.kind = action::alloc;
-    e.flags = event::synthetic;
-    e.time = time;
-    out.push_back(e);
+  out.reserve(start[0].size() + start[1].size());
+  for (int seg : {1, 0}) {
+    for (auto [addr, e] : start[seg]) {
+      e.kind = seg == 1 ? action::segment_alloc : action::alloc;
+      e.flags = event::synthetic;
+      e.time = time;
+      out.push_back(e);
+    }
   }
   return out;
 }
