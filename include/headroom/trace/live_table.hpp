@@ -3,11 +3,17 @@
 // preallocated open-addressing table (linear probing, backward-shift deletion). The recorder
 // keeps it up to date even outside profiled steps, so a snapshot can show the blocks that
 // were live when the step began. Never allocates after construction; when `max_live` entries
-// are live, further ones are counted as untracked instead.
+// are live, further ones are counted as untracked instead (the recorder flags their events, and
+// take_snapshot leaves those blocks out of the file, consistently, and says how many).
+// sharded_live_table splits the table in parts by address, each behind its own lock, for
+// recorders that several threads write.
+#include <algorithm>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <vector>
 
 #include "headroom/core/error.hpp"
 #include "headroom/trace/event.hpp"
@@ -112,6 +118,62 @@ class live_table {
   std::unique_ptr<live_entry[]> slots_;
   std::size_t size_ = 0;
   std::uint64_t untracked_ = 0;
+};
+
+/// `shards` live_tables of max_live / shards entries each (rounded up), the shard chosen by
+/// address; each with a lock of type Lock taken by the recorder around its update.
+template <class Lock>
+class sharded_live_table {
+ public:
+  struct alignas(64) shard {
+    explicit shard(std::size_t max_live) : table(max_live) {}
+    Lock lock;
+    live_table table;
+  };
+
+  sharded_live_table(std::size_t max_live, std::size_t shards)
+      : max_live_((expects(max_live > 0, "trace::live_table: max_live is 0; expected at least 1 block"), max_live)),
+        mask_(std::bit_ceil(shards) - 1) {
+    shards_.reserve(mask_ + 1);
+    for (std::size_t i = 0; i <= mask_; ++i) shards_.push_back(std::make_unique<shard>((max_live + mask_) / (mask_ + 1)));
+  }
+
+  [[nodiscard]] shard& shard_of(std::uint64_t addr) noexcept {
+    // Bits above the ones live_table's own hash uses for the slot.
+    return *shards_[static_cast<std::size_t>(((addr >> 4) * 0x9e3779b97f4a7c15ull) >> 40) & mask_];
+  }
+
+  /// The entry of (addr, segment), copied; null when not live.
+  [[nodiscard]] live_entry const* find(std::uint64_t addr, bool segment) const noexcept {
+    auto& s = const_cast<sharded_live_table*>(this)->shard_of(addr);
+    return s.table.find(addr, segment);
+  }
+  [[nodiscard]] std::size_t size() const noexcept {
+    std::size_t n = 0;
+    for (auto const& s : shards_) n += s->table.size();
+    return n;
+  }
+  [[nodiscard]] std::size_t max_live() const noexcept { return max_live_; }
+  [[nodiscard]] std::uint64_t untracked() const noexcept {
+    std::uint64_t n = 0;
+    for (auto const& s : shards_) n += s->table.untracked();
+    return n;
+  }
+  template <class F>
+  void for_each(F&& f) const {
+    for (auto const& s : shards_) s->table.for_each(f);
+  }
+  void clear() noexcept {
+    for (auto& s : shards_) {
+      std::lock_guard lock(s->lock);
+      s->table.clear();
+    }
+  }
+
+ private:
+  std::size_t max_live_;
+  std::size_t mask_;
+  std::vector<std::unique_ptr<shard>> shards_;
 };
 
 }  // namespace headroom::trace
