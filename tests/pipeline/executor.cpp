@@ -65,8 +65,16 @@ template <class G>
 void check_against_reference(hp::pipeline_shape const& shape) {
   CAPTURE(shape);
   toy::dims const d{.width = 6, .rows = 3};
-  auto const ref = toy::run_reference(d, shape.virtual_stages(), shape.microbatches);
   auto const got = run_pipeline<G>(shape, d);
+  // The reference adds each stage's weight gradients in the schedule's order (micro-batch
+  // order, except GPipe with v > 1, which runs backwards from the last one), and the stages
+  // took them in that order.
+  auto const order = toy::weight_order(hp::make_schedule<G>(shape));
+  std::vector<std::vector<int>> taken(order.size());
+  for (auto const& entry : got.weight_grad_order)
+    for (int const code : entry.second) taken[static_cast<std::size_t>(code / 1000)].push_back(code % 1000);
+  CHECK(taken == order);
+  auto const ref = toy::run_reference(d, shape.virtual_stages(), shape.microbatches, order);
   REQUIRE(got.params.size() == ref.stages.size());
   for (int s = 0; s < shape.virtual_stages(); ++s) {
     CAPTURE(s);

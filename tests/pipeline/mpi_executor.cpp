@@ -40,8 +40,8 @@ template <class G, class R = hp::retention::reduced>
 void check_against_reference(hp::pipeline_shape const& shape) {
   CAPTURE(shape);
   toy::dims const d{.width = 7, .rows = 3};
-  auto const ref = toy::run_reference(d, shape.virtual_stages(), shape.microbatches);
   auto const sched = hp::make_schedule<G>(shape);
+  auto const ref = toy::run_reference(d, shape.virtual_stages(), shape.microbatches, toy::weight_order(sched));
   auto const bytes = hp::model_bytes::uniform(shape, toy::stage_cost(d));
   aligned_resource resource;
   hp::executor exec(world(), resource, sched, bytes);

@@ -94,13 +94,17 @@ void check_against_reference(hp::pipeline_shape const& shape, bool two_streams) 
   CAPTURE(shape);
   CAPTURE(two_streams);
   toy::dims const d{.width = 16, .rows = 8};
+  // Every stage adds its weight gradients in one micro-batch order (reversed for GPipe with
+  // v > 1): the GPU reference takes the micro-batches in that order.
+  auto const order = toy::weight_order(hp::make_schedule<G>(shape));
+  for (auto const& stage_order : order) REQUIRE(stage_order == order.front());
   device_toy::reference gpu_ref;
   {
     cu::scoped_device on(0);
     cu::stream s;
-    gpu_ref = device_toy::run_reference(d, shape.virtual_stages(), shape.microbatches, s);
+    gpu_ref = device_toy::run_reference(d, shape.virtual_stages(), shape.microbatches, s, order.front());
   }
-  auto const host_ref = toy::run_reference(d, shape.virtual_stages(), shape.microbatches);
+  auto const host_ref = toy::run_reference(d, shape.virtual_stages(), shape.microbatches, order);
   auto const got = run_pipeline<G>(shape, d, two_streams);
   REQUIRE(got.params.size() == gpu_ref.stages.size());
   for (int s = 0; s < shape.virtual_stages(); ++s) {

@@ -28,8 +28,10 @@
 // The schedules are deadlock-free under blocking send/recv (validate() checks it), so NCCL's
 // device-side blocking p2p is safe with one host thread per rank.
 //
-// Lifetime: outputs kept under retention::all are guards over the executor's counting resource,
-// so the executor (which may be moved) must outlive the step_result that holds them.
+// Lifetime: an output kept under retention::all is a kept_output: the guard of its block and a
+// share of the executor's counting resource it returns to, so it may outlive the executor (a
+// temporary one too) and the step_result it came in. The caller's own resource must outlive
+// them, as it must outlive any allocation from it.
 #include <concepts>
 #include <cstddef>
 #include <memory>
@@ -92,12 +94,46 @@ class resource_ref {
 };
 }  // namespace detail
 
+/// An output the last stage kept (retention::all): its buffer and a share of the resource that
+/// buffer returns to. The buffer is always given back before that share is dropped (on
+/// destruction, move-assignment and release()), so a kept output never outlives its resource.
+template <class Buffer>
+class kept_output {
+ public:
+  kept_output(std::shared_ptr<void const> owner, Buffer buffer) noexcept
+      : owner_(std::move(owner)), buffer_(std::move(buffer)) {}
+  kept_output(kept_output&&) noexcept = default;  // a new object: nothing of its own to give back
+  kept_output& operator=(kept_output&& other) noexcept {
+    buffer_ = std::move(other.buffer_);  // this object's old block goes back while its owner is still held
+    owner_ = std::move(other.owner_);
+    return *this;
+  }
+  kept_output(kept_output const&) = delete;
+  kept_output& operator=(kept_output const&) = delete;
+  ~kept_output() = default;  // buffer_ is declared after owner_: destroyed (given back) first
+
+  [[nodiscard]] void* data() const noexcept { return buffer_.data(); }
+  [[nodiscard]] std::size_t size() const noexcept { return buffer_.size(); }
+  [[nodiscard]] auto* resource() const noexcept { return buffer_.resource(); }
+  /// The guard itself (stream uses, stream-ordered release).
+  [[nodiscard]] Buffer& buffer() noexcept { return buffer_; }
+  [[nodiscard]] Buffer const& buffer() const noexcept { return buffer_; }
+  /// Gives the block back now; the object stays, empty.
+  void release() {
+    if (buffer_.live()) buffer_.release();
+  }
+
+ private:
+  std::shared_ptr<void const> owner_;
+  Buffer buffer_;
+};
+
 /// What one step leaves the caller, filled on the rank that holds the last virtual stage.
 template <class Loss, class Buffer>
 struct step_result {
   std::vector<int> microbatches;  // micro-batch of each entry below, in the order the losses ran
   std::vector<Loss> losses;       // retention::reduced and ::all
-  std::vector<Buffer> outputs;    // retention::all: the last stage's outputs, still allocated
+  std::vector<kept_output<Buffer>> outputs;  // retention::all: the last stage's outputs, still allocated
 };
 
 template <byte_transport Comm, class Resource, class Stream = typename Comm::stream_type,
@@ -114,7 +150,7 @@ class executor {
   /// model_bytes entry per virtual stage, a communicator of p ranks.
   executor(Comm& comm, Resource& resource, schedule s, model_bytes bytes, Stream compute, Stream comm_stream)
       : comm_(&comm),
-        counted_(std::make_unique<counting_resource>(detail::resource_ref<Resource>(resource))),
+        counted_(std::make_shared<counting_resource>(detail::resource_ref<Resource>(resource))),
         schedule_(std::move(s)),
         bytes_(std::move(bytes)),
         compute_(compute),
@@ -183,7 +219,7 @@ class executor {
               result.losses.push_back(std::move(value));
             }
             if constexpr (R::keeps_outputs) {
-              if (sl.output) result.outputs.push_back(std::move(*sl.output));
+              if (sl.output) result.outputs.emplace_back(counted_, std::move(*sl.output));
               sl.output.reset();
             } else {
               release(sl.output);
@@ -262,7 +298,7 @@ class executor {
   }
 
   Comm* comm_;
-  std::unique_ptr<counting_resource> counted_;  // at a fixed address: kept outputs point to it
+  std::shared_ptr<counting_resource> counted_;  // at a fixed address, shared with results that keep outputs
   schedule schedule_;
   model_bytes bytes_;
   Stream compute_;

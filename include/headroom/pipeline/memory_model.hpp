@@ -86,20 +86,28 @@ class memory_plan {
 };
 
 /// Predicts every rank's peak for one step of `s` with costs `bytes` and retention R. Validates
-/// the schedule first; throws invalid_argument when `bytes` does not have p·v stages.
+/// the schedule first; throws invalid_argument when `bytes` does not have p·v stages, and
+/// capacity_error when a size or a rank's sum of sizes does not fit a 64-bit count.
 template <output_retention R>
 [[nodiscard]] memory_plan predict_memory(schedule const& s, model_bytes const& bytes, R = {}) {
   validate(s);
   auto const& shape = s.shape();
   bytes.check(shape, "pipeline::predict_memory");
   auto const as_int = [](std::size_t n) {
-    expects(n <= static_cast<std::size_t>(INT64_MAX / 4), "pipeline::predict_memory: ", n, " bytes is too large to count");
+    expects<capacity_error>(n <= static_cast<std::size_t>(INT64_MAX / 4), "pipeline::predict_memory: a size of ", n,
+                            " bytes is too large to count, expected <= ", INT64_MAX / 4);
     return static_cast<std::int64_t>(n);
+  };
+  // Sums of sizes (each <= 2^61) are checked: many kept outputs could still wrap the count.
+  auto const sum = [](std::int64_t a, std::int64_t b, int rank, char const* what) {
+    expects<capacity_error>(b <= INT64_MAX - a, "pipeline::predict_memory: rank ", rank, ": ", what, " ", a, " + ", b,
+                            " bytes overflows a 64-bit count");
+    return a + b;
   };
   std::vector<rank_memory> out;
   for (int r = 0; r < shape.stages; ++r) {
     rank_memory m{.rank = r};
-    for (int st = r; st < shape.virtual_stages(); st += shape.stages) m.parameters += as_int(bytes[st].parameters);
+    for (int st = r; st < shape.virtual_stages(); st += shape.stages) m.parameters = sum(m.parameters, as_int(bytes[st].parameters), r, "parameters");
     std::int64_t live = 0;
     auto const list = s.actions(r);
     for (std::size_t i = 0; i < list.size(); ++i) {
@@ -128,7 +136,7 @@ template <output_retention R>
           break;
         case action_kind::backward_weight: shrink = ws; break;
       }
-      live += grow;
+      live = sum(live, grow, r, "live bytes");
       if (live > m.peak) {
         m.peak = live;
         m.peak_action = i;
