@@ -48,13 +48,15 @@ struct transfer_ticket {
   int peer = -1;
 };
 
+namespace detail {
+/// Every transfer issued at its place in the list, in list order; see the primary transport.
 template <class Comm>
-class transport {
+class in_order_transport {
  public:
   /// Transfers complete at their place in the list: receives are not deferred.
   static constexpr bool defers_receives = false;
 
-  explicit transport(Comm& comm) noexcept : comm_(&comm) {}
+  explicit in_order_transport(Comm& comm) noexcept : comm_(&comm) {}
 
   void begin() noexcept {}
   template <class S>
@@ -77,8 +79,21 @@ class transport {
     if constexpr (requires { comm_->abort(); }) comm_->abort();
   }
 
+ protected:
+  [[nodiscard]] Comm& comm() const noexcept { return *comm_; }
+
  private:
   Comm* comm_;
+};
+}  // namespace detail
+
+/// The default: transfers in list order (see above). pipeline/cuda/executor.hpp specializes it
+/// for device communicators (the check collective goes through device memory), pipeline/mpi.hpp
+/// for MPI.
+template <class Comm>
+class transport : public detail::in_order_transport<Comm> {
+ public:
+  using detail::in_order_transport<Comm>::in_order_transport;
 };
 
 /// Thread ranks: buffered sends, receives completed at their consumer, abort through the group.
