@@ -22,9 +22,12 @@
 //   Event     lifetime::event_type_for_t<Stream>: the host pairing is included here; include
 //             lifetime/cuda/guard.hpp before instantiating for cuda::stream_view
 // Two streams: callbacks run on `compute`; transfers run on `comm` (the same stream by
-// default). When they differ, each transfer makes `comm` wait for `compute` on the device, a
-// received buffer makes `compute` wait for the recv, and a sent buffer is released through a
-// lifetime::guard (stream_ordered: compute waits for the send's event on the device, then frees).
+// default). When they differ, each transfer makes `comm` wait for `compute` on the device, the
+// computation that reads a received buffer makes `compute` wait for the recv's event first (not
+// the recv's place in the list: computations in between go on), and a sent buffer is released
+// through a lifetime::guard (stream_ordered: compute waits for the send's event on the device,
+// then frees). On the host (thread ranks, MPI) the transport defers the wait the same way; see
+// transport.hpp.
 // The schedules are deadlock-free under blocking send/recv (validate() checks it), so NCCL's
 // device-side blocking p2p is safe with one host thread per rank.
 //
@@ -235,11 +238,17 @@ class executor {
   }
 
  private:
+  // A receive posted and not yet waited on: the transport's ticket (host substrates that defer)
+  // and the event after it on the transfer stream (two streams).
+  struct pending_receive {
+    std::optional<transfer_ticket> ticket;
+    std::optional<Event> event;
+  };
   // The buffers of one (micro-batch, chunk) on this rank; empty where the size is 0 or the
   // buffer is not live. A received buffer keeps its ticket until the computation that reads it.
   struct slot {
     std::optional<buffer> input, output, stash, grad_output, grad_input, weight_stash;
-    std::optional<transfer_ticket> input_ticket, grad_output_ticket;
+    std::optional<pending_receive> input_pending, grad_output_pending;
   };
 
   template <class R, class O, class Stage, class Result>
@@ -254,7 +263,7 @@ class executor {
       switch (a.kind) {
         case action_kind::recv_forward:
           sl.input = allocate(in_bytes);
-          sl.input_ticket = receive(sl.input, a.peer);
+          sl.input_pending = receive(sl.input, a.peer);
           break;
         case action_kind::send_forward:
           if constexpr (O::until_backward) send_only(sl.output, a.peer);
@@ -262,11 +271,11 @@ class executor {
           break;
         case action_kind::recv_backward:
           sl.grad_output = allocate(b.output);
-          sl.grad_output_ticket = receive(sl.grad_output, a.peer);
+          sl.grad_output_pending = receive(sl.grad_output, a.peer);
           break;
         case action_kind::send_backward: send_and_release(sl.grad_input, a.peer); break;
         case action_kind::forward: {
-          arrived(sl.input, sl.input_ticket);
+          arrived(sl.input_pending);
           sl.output = allocate(b.output);
           sl.stash = allocate(b.activations);
           stage.forward(forward_args<Stream>{a.microbatch, a.stage, chunk, view(sl.input), view(sl.output), view(sl.stash), compute_});
@@ -287,7 +296,7 @@ class executor {
         }
         case action_kind::backward:
         case action_kind::backward_input: {
-          arrived(sl.grad_output, sl.grad_output_ticket);
+          arrived(sl.grad_output_pending);
           bool const split = a.kind == action_kind::backward_input;
           sl.grad_input = allocate(in_bytes);
           if (split) sl.weight_stash = allocate(b.weight_stash);
@@ -344,21 +353,28 @@ class executor {
     send_only(b, peer);
     release(b);  // stream-ordered: compute waits for the send's event, then frees; the host goes on
   }
-  // Posts the receive at its place in the list; arrived() completes it before its consumer.
-  [[nodiscard]] std::optional<transfer_ticket> receive(std::optional<buffer>& b, int peer) {
+  // Posts the receive at its place in the list; arrived() completes it just before the
+  // computation that reads it: on the host, the transport's wait; with two streams, the compute
+  // stream's wait for the recv's event on the device (so computations that do not need it go on
+  // while the transfer stream waits for the peer).
+  [[nodiscard]] std::optional<pending_receive> receive(std::optional<buffer>& b, int peer) {
     if (two_streams()) order_after(compute_, transfer_);  // the allocation is ordered on compute
     auto const ticket = transport_.post_recv(view(b), peer, transfer_);
+    std::optional<pending_receive> pending;
+    if constexpr (transport<Comm>::defers_receives) pending.emplace().ticket = ticket;
     if (two_streams()) {
       if (b) b->use_on(transfer_);
-      order_after(transfer_, compute_);  // callbacks read it after the recv
+      if (!pending) pending.emplace();
+      pending->event.emplace();
+      pending->event->record(transfer_);  // compute waits for it before the consumer
     }
-    if constexpr (transport<Comm>::defers_receives) return ticket;
-    return std::nullopt;
+    return pending;
   }
-  void arrived(std::optional<buffer> const&, std::optional<transfer_ticket>& ticket) {
-    if (!ticket) return;
-    transport_.wait(*ticket);
-    ticket.reset();
+  void arrived(std::optional<pending_receive>& pending) {
+    if (!pending) return;
+    if (pending->ticket) transport_.wait(*pending->ticket);
+    if (pending->event) pending->event->wait_on(compute_);
+    pending.reset();
   }
   template <class Why>
   void abort_peers(Why&& why) noexcept {
