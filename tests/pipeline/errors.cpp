@@ -116,6 +116,20 @@ TEST_CASE("stage and rank indices out of range") {
   CHECK_THROWS_WITH_AS(static_cast<void>(hp::predict_memory(s, two, hp::retention::all{})), Contains("model_bytes has 2 stages, expected p·v = 4"), invalid_argument);
 }
 
+TEST_CASE("sizes per micro-batch: shape errors name the value") {
+  hp::stage_bytes const b{.activations = 8, .output = 8, .parameters = 4};
+  CHECK_THROWS_WITH_AS(hp::model_bytes::per_microbatch({}), Contains("no micro-batches"), invalid_argument);
+  CHECK_THROWS_WITH_AS(hp::model_bytes::per_microbatch({{b, b}, {b}}), Contains("micro-batch 1 lists 1 stages, micro-batch 0 lists 2"), invalid_argument);
+  auto heavier = b;
+  heavier.parameters = 5;
+  CHECK_THROWS_WITH_AS(hp::model_bytes::per_microbatch({{b, b}, {b, heavier}}), Contains("stage 1 has parameters 5 for micro-batch 1 and 4 for micro-batch 0"), invalid_argument);
+  auto const three = hp::model_bytes::per_microbatch({{b, b}, {b, b}, {b, b}});
+  CHECK(three.microbatches() == 3);
+  CHECK_THROWS_WITH_AS(static_cast<void>(three.at(0, 3)), Contains("micro-batch 3 out of range [0, 3)"), invalid_argument);
+  auto const s = hp::make_schedule<hp::one_f_one_b>({.stages = 2, .microbatches = 4});
+  CHECK_THROWS_WITH_AS(static_cast<void>(hp::predict_memory(s, three, hp::retention::none{})), Contains("model_bytes has sizes for 3 micro-batches, expected m = 4"), invalid_argument);
+}
+
 TEST_CASE("validate rejects broken action lists with the rule they break") {
   auto const base = hp::make_schedule<hp::one_f_one_b>({.stages = 2, .microbatches = 3});
   using K = action_kind;

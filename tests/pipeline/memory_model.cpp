@@ -3,7 +3,7 @@
 
 // The memory model against the executor's own counters: over schedules x p in {2, 4, 8} x
 // m in 1..32 x v in {1, 2, 4} x every retention (and PyTorch's output lifetime under all and
-// none), on thread ranks, the predicted peak and the
+// none, and sizes that differ per micro-batch), on thread ranks, the predicted peak and the
 // bytes held at the end equal what the executor allocated, to the byte. Buffers are small and
 // of different sizes per stage (so an input mistaken for an output shows), and the callbacks
 // check the spans they get.
@@ -44,24 +44,26 @@ struct probe_stage {
   }
   void expect(std::size_t got, std::size_t want) { wrong += got != want ? 1 : 0; }
   void forward(hp::forward_args<inline_stream> const& a) {
-    expect(a.input.size(), bytes->input(a.stage));
-    expect(a.output.size(), (*bytes)[a.stage].output);
-    expect(a.stash.size(), (*bytes)[a.stage].activations);
+    expect(a.input.size(), bytes->input(a.stage, a.microbatch));
+    expect(a.output.size(), bytes->at(a.stage, a.microbatch).output);
+    expect(a.stash.size(), bytes->at(a.stage, a.microbatch).activations);
     touch(a.output);
     touch(a.stash);
   }
   int loss(hp::loss_args<inline_stream> const& a) { return static_cast<int>(a.output.size()); }
   void backward(hp::backward_args<inline_stream> const& a) {
-    expect(a.grad_input.size(), bytes->input(a.stage));
-    expect(a.grad_output.size(), a.stage + 1 == bytes->size() ? 0 : (*bytes)[a.stage].output);
+    expect(a.grad_input.size(), bytes->input(a.stage, a.microbatch));
+    expect(a.grad_output.size(), a.stage + 1 == bytes->size() ? 0 : bytes->at(a.stage, a.microbatch).output);
     touch(a.grad_input);
   }
   void backward_input(hp::backward_args<inline_stream> const& a) {
     backward(a);
-    expect(a.weight_stash.size(), (*bytes)[a.stage].weight_stash);
+    expect(a.weight_stash.size(), bytes->at(a.stage, a.microbatch).weight_stash);
     touch(a.weight_stash);
   }
-  void backward_weight(hp::weight_args<inline_stream> const& a) { expect(a.weight_stash.size(), (*bytes)[a.stage].weight_stash); }
+  void backward_weight(hp::weight_args<inline_stream> const& a) {
+    expect(a.weight_stash.size(), bytes->at(a.stage, a.microbatch).weight_stash);
+  }
 };
 
 bool sampled_only() {
@@ -84,10 +86,27 @@ struct tally {
   std::string first;
 };
 
+// Packed sequences: every micro-batch has its own token count, so its own sizes on every stage.
+hp::model_bytes varying_costs(hp::pipeline_shape const& shape) {
+  std::vector<std::vector<hp::stage_bytes>> sizes;
+  for (int k = 0; k < shape.microbatches; ++k) {
+    auto const tokens = static_cast<std::size_t>(1 + (k * 7) % 5);  // 1 .. 5, irregular
+    sizes.emplace_back();
+    for (int s = 0; s < shape.virtual_stages(); ++s) {
+      auto b = cost_of(s);
+      b.activations *= tokens;
+      b.output *= tokens;
+      b.weight_stash *= tokens;
+      sizes.back().push_back(b);
+    }
+  }
+  return hp::model_bytes::per_microbatch(sizes);
+}
+
 template <class G, class R, class O = hp::outputs::freed_when_sent>
-void compare(thread_communicator& comm, hp::pipeline_shape const& shape, tally& t) {
+void compare(thread_communicator& comm, hp::pipeline_shape const& shape, tally& t, bool varying = false) {
   auto const sched = hp::make_schedule<G>(shape);
-  auto const bytes = costs(shape);
+  auto const bytes = varying ? varying_costs(shape) : costs(shape);
   aligned_resource resource;
   hp::executor exec(comm, resource, sched, bytes);
   auto const predicted = exec.plan(R{}, O{}).rank(comm.rank());
@@ -122,6 +141,8 @@ tally run_grid(int p, std::vector<int> const& chunk_counts) {
         compare<G, hp::retention::none>(comm, shape, t);
         compare<G, hp::retention::all, hp::outputs::kept_until_backward>(comm, shape, t);
         compare<G, hp::retention::none, hp::outputs::kept_until_backward>(comm, shape, t);
+        compare<G, hp::retention::all>(comm, shape, t, true);  // sizes per micro-batch
+        compare<G, hp::retention::none, hp::outputs::kept_until_backward>(comm, shape, t, true);
       }
   });
   tally total;
@@ -249,4 +270,24 @@ TEST_CASE("PyTorch's PipelineStage keeps every output until its backward: in-fli
         for (int r = 0; r < p; ++r) CHECK(measured[static_cast<std::size_t>(r)] == torch.rank(r).peak);
       }
     }
+}
+
+TEST_CASE("sizes per micro-batch: the model follows each micro-batch's own sizes") {
+  // p = 2, GPipe, m = 2: micro-batch 1 is three times micro-batch 0 (packed sequences).
+  hp::model_bytes const bytes = hp::model_bytes::per_microbatch({
+      {{.activations = 100, .output = 10, .parameters = 5}, {.activations = 100, .output = 1000, .parameters = 6}},
+      {{.activations = 300, .output = 30, .parameters = 5}, {.activations = 300, .output = 3000, .parameters = 6}},
+  });
+  auto const s = hp::make_schedule<hp::gpipe>({.stages = 2, .microbatches = 2});
+  auto const plan = hp::predict_memory(s, bytes, hp::retention::none{});
+  // rank 0: F0 +110, send -10, F1 +330 (peak 430), send -30, then the backwards free it all.
+  CHECK(plan.rank(0).peak == 100 + 330);
+  CHECK(plan.rank(0).parameters == 5);
+  // rank 1: recv 10, F0 +1100 (1110), loss -1000, recv 30 (140), F1 +3300: 3440.
+  CHECK(plan.rank(1).peak == 10 + 100 + 30 + 3300);
+  auto const all = hp::predict_memory(s, bytes, hp::retention::all{});
+  CHECK(all.rank(1).held_at_end == 4000);
+  // The same model with micro-batch 0's sizes for both would predict less: the sizes are used.
+  hp::model_bytes const first({{.activations = 100, .output = 10, .parameters = 5}, {.activations = 100, .output = 1000, .parameters = 6}});
+  CHECK(hp::predict_memory(s, first, hp::retention::none{}).rank(1).peak < plan.rank(1).peak);
 }

@@ -257,8 +257,8 @@ class executor {
     for (action const& a : schedule_.actions(rank_)) {
       int const chunk = shape.chunk_of(a.stage);
       slot& sl = slots[static_cast<std::size_t>(a.microbatch) * static_cast<std::size_t>(shape.chunks) + static_cast<std::size_t>(chunk)];
-      stage_bytes const& b = bytes_[a.stage];
-      std::size_t const in_bytes = bytes_.input(a.stage);
+      stage_bytes const& b = bytes_.at(a.stage, a.microbatch);
+      std::size_t const in_bytes = bytes_.input(a.stage, a.microbatch);
       bool const last = shape.is_last(a.stage);
       switch (a.kind) {
         case action_kind::recv_forward:

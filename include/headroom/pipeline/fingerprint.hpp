@@ -11,6 +11,7 @@
 // The words: the shape (p, m, v, g), a 64-bit FNV-1a hash of every action of every rank, a
 // hash of the sizes, the number of actions, and whether this rank accepted its own inputs (a
 // rank whose inputs are invalid still joins the collective, so that no peer waits for it).
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -55,14 +56,16 @@ inline constexpr std::int64_t fingerprint_magic = 0x48525049;  // "HRPI": every 
     }
   }
   detail::fnv1a sizes;
-  for (int st = 0; st < bytes.size(); ++st) {
-    auto const& b = bytes[st];
-    sizes.add(b.activations);
-    sizes.add(b.output);
-    sizes.add(b.weight_stash);
-    sizes.add(b.parameters);
-  }
+  for (int k = 0; k < std::max(bytes.microbatches(), 1); ++k)
+    for (int st = 0; st < bytes.size(); ++st) {
+      auto const& b = bytes.at(st, k);
+      sizes.add(b.activations);
+      sizes.add(b.output);
+      sizes.add(b.weight_stash);
+      sizes.add(b.parameters);
+    }
   sizes.add(static_cast<std::uint64_t>(bytes.size()));
+  sizes.add(static_cast<std::uint64_t>(bytes.microbatches()));
   auto const& shape = s.shape();
   fingerprint_t w{};
   w[detail::f_magic] = detail::fingerprint_magic;
