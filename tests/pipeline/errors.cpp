@@ -227,6 +227,28 @@ TEST_CASE("the executor checks its inputs before any transfer") {
   });
 }
 
+TEST_CASE("forward-only: gradient actions and training schedules are refused by name") {
+  auto const eval = hp::make_schedule<hp::forward_only>({.stages = 2, .microbatches = 2});
+  auto lists_with_grad = eval.ranks();
+  lists_with_grad[0].push_back({action_kind::backward, 0, 0, -1});
+  hp::schedule const bad("eval+grad", eval.shape(), lists_with_grad, hp::step_kind::evaluation);
+  CHECK_THROWS_WITH_AS(hp::validate(bad), Contains("rank 0 action 4 (B0@s0): a gradient action in a forward-only (evaluation) schedule"), invalid_argument);
+  // The same lists marked as training miss their backwards.
+  CHECK_THROWS_WITH_AS(hp::validate(hp::schedule("train", eval.shape(), eval.ranks())), Contains("no backward"), invalid_argument);
+  struct forward_only_stage {
+    void forward(hp::forward_args<inline_stream> const&) {}
+    double loss(hp::loss_args<inline_stream> const&) { return 0; }
+  };
+  auto const train = hp::make_schedule<hp::one_f_one_b>({.stages = 2, .microbatches = 2});
+  auto const bytes = hp::model_bytes::uniform(train.shape(), {.activations = 8, .output = 8});
+  headroom::host::launch(2, [&](thread_communicator& comm) {
+    aligned_resource resource;
+    hp::executor exec(comm, resource, train, bytes);
+    forward_only_stage stage;
+    CHECK_THROWS_WITH_AS(exec.step(stage), Contains("schedule '1f1b' trains (it has backwards); the stage has no backward member"), invalid_argument);
+  });
+}
+
 TEST_CASE("place_transfers rejects orders it cannot turn into a schedule") {
   hp::pipeline_shape const shape{.stages = 2, .microbatches = 1};
   using K = action_kind;

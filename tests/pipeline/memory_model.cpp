@@ -172,6 +172,7 @@ TEST_CASE("model == measured: gpipe") { check_grid<hp::gpipe>({1, 2, 4}); }
 TEST_CASE("model == measured: 1f1b") { check_grid<hp::one_f_one_b>({1}); }
 TEST_CASE("model == measured: interleaved_1f1b") { check_grid<hp::interleaved_1f1b>({1, 2, 4}); }
 TEST_CASE("model == measured: zb_h1") { check_grid<hp::zb_h1>({1}); }
+TEST_CASE("model == measured: forward_only") { check_grid<hp::forward_only>({1, 2, 4}); }
 
 TEST_CASE("the model on 1F1B, p = 2, m = 2, by hand") {
   // activations 100, hidden output 10, logits 1000 on the last stage, parameters 7 and 9.

@@ -55,6 +55,7 @@ TEST_CASE("every generator validates over p x m x v, deterministically") {
   check_grid<hp::one_f_one_b>({1});
   check_grid<hp::interleaved_1f1b>({1, 2, 4});
   check_grid<hp::zb_h1>({1});
+  check_grid<hp::forward_only>({1, 2, 4});
 }
 
 TEST_CASE("micro-batches in flight follow the published formulas") {
@@ -230,4 +231,39 @@ TEST_CASE("ZB-H1 holds up to r + 1 weight gradients pending on rank r") {
         CHECK(most == std::min(r + 1, m));
       }
     }
+}
+
+TEST_CASE("forward-only schedules: forwards in the interleaved order, transfers placed, nothing else") {
+  for (int p : {1, 2, 4})
+    for (int v : {1, 2, 3})
+      for (int m : {1, 3, 8, 14})
+        for (int g : {0, 5}) {
+          if (p == 1 && v > 1) continue;
+          hp::pipeline_shape const shape{.stages = p, .microbatches = m, .chunks = v, .group = g};
+          CAPTURE(shape);
+          auto const s = hp::make_schedule<hp::forward_only>(shape);
+          CHECK(s.forward_only());
+          CHECK(hp::find_problem(s).empty());
+          for (int r = 0; r < p; ++r) {
+            std::vector<action> want;
+            for (int i = 0; i < m * v; ++i) {
+              auto const slot = hp::interleaved_1f1b::nth(shape, i, true);
+              want.push_back({action_kind::forward, slot.microbatch, shape.virtual_stage(r, slot.chunk), -1});
+            }
+            CHECK(computations(s, r) == want);
+            for (action const& a : s.actions(r))
+              CHECK((a.kind == action_kind::forward || a.kind == action_kind::send_forward || a.kind == action_kind::recv_forward));
+          }
+          if (v == 1) {  // plain micro-batch order
+            auto const c = computations(s, 0);
+            for (int k = 0; k < m; ++k) CHECK(c[static_cast<std::size_t>(k)].microbatch == k);
+          }
+        }
+  // A training generator's schedule is not forward-only, and prints so.
+  CHECK_FALSE(hp::make_schedule<hp::gpipe>({.stages = 2, .microbatches = 2}).forward_only());
+  std::ostringstream os;
+  os << hp::make_schedule<hp::forward_only>({.stages = 2, .microbatches = 1});
+  CHECK(os.str() == "schedule forward_only (p=2 m=1 v=1, forward only)\n"
+                    "  rank 0: F0@s0 | send_forward F0@s0 -> rank 1\n"
+                    "  rank 1: recv_forward F0@s1 <- rank 0 | F0@s1\n");
 }

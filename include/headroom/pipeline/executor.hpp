@@ -211,8 +211,12 @@ class executor {
   /// exception leaves: their waits throw group_aborted instead of hanging, and a peer that had
   /// already finished its actions learns it at the step's closing handshake.
   template <class Stage, output_retention R = retention::reduced, output_lifetime O = outputs::freed_when_sent>
-    requires pipeline_stage<Stage, Stream>
+    requires forward_stage<Stage, Stream>
   step_result<loss_t<Stage, Stream>, buffer> step(Stage& stage, R = {}, O = {}) {
+    if constexpr (!pipeline_stage<Stage, Stream>) {
+      expects(schedule_.forward_only(), "pipeline::executor::step: schedule '", schedule_.name(),
+              "' trains (it has backwards); the stage has no backward member, expected a forward-only schedule");
+    }
     if constexpr (!split_backward_stage<Stage, Stream>) {
       expects(!schedule_.splits_backward(), "pipeline::executor::step: schedule '", schedule_.name(),
               "' splits the backward into backward_input and backward_weight; the stage has no such members");
@@ -254,6 +258,7 @@ class executor {
   template <class R, class O, class Stage, class Result>
   void run_actions(Stage& stage, std::vector<slot>& slots, Result& result) {
     auto const& shape = schedule_.shape();
+    bool const eval = schedule_.forward_only();
     for (action const& a : schedule_.actions(rank_)) {
       int const chunk = shape.chunk_of(a.stage);
       slot& sl = slots[static_cast<std::size_t>(a.microbatch) * static_cast<std::size_t>(shape.chunks) + static_cast<std::size_t>(chunk)];
@@ -266,7 +271,7 @@ class executor {
           sl.input_pending = receive(sl.input, a.peer);
           break;
         case action_kind::send_forward:
-          if constexpr (O::until_backward) send_only(sl.output, a.peer);
+          if (O::until_backward && !eval) send_only(sl.output, a.peer);
           else send_and_release(sl.output, a.peer);
           break;
         case action_kind::recv_backward:
@@ -288,9 +293,13 @@ class executor {
             if constexpr (R::keeps_outputs) {
               if (sl.output) result.outputs.emplace_back(counted_, std::move(*sl.output));
               sl.output.reset();
-            } else if constexpr (!O::until_backward) {
+            } else if (!O::until_backward || eval) {
               release(sl.output);
             }
+          }
+          if (eval) {  // no backward will read them
+            release(sl.stash);
+            release(sl.input);
           }
           break;
         }
@@ -306,7 +315,7 @@ class executor {
           if (split) {
             if constexpr (split_backward_stage<Stage, Stream>) stage.backward_input(args);
           } else {
-            stage.backward(args);
+            if constexpr (pipeline_stage<Stage, Stream>) stage.backward(args);
           }
           release(sl.grad_output);
           release(sl.stash);

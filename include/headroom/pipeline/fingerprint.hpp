@@ -45,6 +45,7 @@ inline constexpr std::int64_t fingerprint_magic = 0x48525049;  // "HRPI": every 
 /// of its inputs passed. The names of schedules do not count: equal lists under another name run.
 [[nodiscard]] inline fingerprint_t fingerprint(schedule const& s, model_bytes const& bytes, bool accepted = true) {
   detail::fnv1a actions;
+  actions.add(static_cast<std::uint64_t>(s.kind()));
   std::uint64_t count = 0;
   for (auto const& list : s.ranks()) {
     actions.add(0xffffffffULL);  // rank separator: moving an action to another rank changes the hash

@@ -24,6 +24,8 @@
 //
 // Under outputs::kept_until_backward (PyTorch's PipelineStage) send_forward frees nothing, the
 // last stage keeps its output past the loss, and each backward also frees its stage's output.
+// In a forward-only schedule a forward frees its stash and input right after it (there is no
+// backward to keep them for), and outputs go as under freed_when_sent.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -113,6 +115,7 @@ template <output_retention R, output_lifetime O = outputs::freed_when_sent>
                             " bytes overflows a 64-bit count");
     return a + b;
   };
+  bool const eval = s.forward_only();
   std::vector<rank_memory> out;
   for (int r = 0; r < shape.stages; ++r) {
     rank_memory m{.rank = r};
@@ -131,12 +134,13 @@ template <output_retention R, output_lifetime O = outputs::freed_when_sent>
       std::int64_t shrink = 0;
       switch (a.kind) {
         case action_kind::recv_forward: grow = in; break;
-        case action_kind::send_forward: shrink = O::until_backward ? 0 : outb; break;
+        case action_kind::send_forward: shrink = O::until_backward && !eval ? 0 : outb; break;
         case action_kind::recv_backward: grow = outb; break;
         case action_kind::send_backward: shrink = in; break;
         case action_kind::forward:
           grow = outb + act;
-          if (last && !R::keeps_outputs && !O::until_backward) shrink = outb;
+          if (last && !R::keeps_outputs && (!O::until_backward || eval)) shrink = outb;
+          if (eval) shrink += act + in;  // no backward: the stash and the input go right away
           break;
         case action_kind::backward:
         case action_kind::backward_input: {

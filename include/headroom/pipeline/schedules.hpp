@@ -17,7 +17,9 @@
 //                     drain with weight gradients while input gradients travel to rank 0: up to
 //                     r + 1 W pending on rank r.
 //
-// g (shape.group) shapes only interleaved_1f1b; the other generators refuse a g other than 0.
+//   forward_only      evaluation: forwards only, in the interleaved forward order.
+//
+// g (shape.group) shapes interleaved_1f1b and forward_only; the others refuse a g other than 0.
 //
 // Every generator checks its shape and throws invalid_argument naming the value and the rule,
 // and returns a schedule that validate() accepts (the tests check this over a grid of shapes).
@@ -58,7 +60,7 @@ inline void check_one_chunk(pipeline_shape const& shape, std::string_view name) 
 // A group size a generator does not use is refused rather than silently ignored.
 inline void check_no_group(pipeline_shape const& shape, std::string_view name) {
   expects(shape.group == 0, "pipeline::", name, ": group (g) = ", shape.group,
-          ", expected 0: only interleaved_1f1b takes micro-batches in groups");
+          ", expected 0: only interleaved_1f1b and forward_only take micro-batches in groups");
 }
 }  // namespace detail
 
@@ -227,6 +229,27 @@ struct zb_h1 {
   }
 };
 static_assert(schedule_generator<zb_h1>);
+
+/// Evaluation: forwards only (Megatron's forward_only, PyTorch's eval()), in the interleaved
+/// forward order (g micro-batches per chunk at a time, the last group taking what is left; with
+/// v = 1 simply micro-batch order). No micro-batch waits for a backward, so any m and any g >= 0
+/// run; the executor frees a forward's input and stash right after it.
+struct forward_only {
+  static constexpr std::string_view name = "forward_only";
+  [[nodiscard]] static schedule generate(pipeline_shape const& shape) {
+    detail::check_common(shape, name);
+    int const total = shape.microbatches * shape.chunks;
+    std::vector<std::vector<action>> order(static_cast<std::size_t>(shape.stages));
+    for (int r = 0; r < shape.stages; ++r)
+      for (int i = 0; i < total; ++i) {
+        auto const s = interleaved_1f1b::nth(shape, i, true);
+        order[static_cast<std::size_t>(r)].push_back(
+            detail::compute(action_kind::forward, s.microbatch, shape.virtual_stage(r, s.chunk)));
+      }
+    return detail::lower(std::string(name), shape, order, step_kind::evaluation);
+  }
+};
+static_assert(schedule_generator<forward_only>);
 
 /// Builds the schedule of generator G for `shape`.
 template <schedule_generator G>
