@@ -106,6 +106,10 @@ TEST_CASE("gradients and losses bit-equal to a single-rank run, every schedule")
       for (int m : {p, 2 * p}) check_against_reference<hp::interleaved_1f1b>({.stages = p, .microbatches = m, .chunks = v});
     }
   check_against_reference<hp::interleaved_1f1b>({.stages = 2, .microbatches = 12, .chunks = 2, .group = 3});
+  check_against_reference<hp::interleaved_1f1b>({.stages = 4, .microbatches = 14, .chunks = 2, .group = 5});  // tail group
+  for (int p : {2, 4})
+    for (int v : {2, 3})
+      for (int m : {p, 2 * p, 3}) check_against_reference<hp::interleaved_zb>({.stages = p, .microbatches = m, .chunks = v});
 }
 
 namespace {

@@ -40,6 +40,7 @@ void check_grid(std::vector<int> const& chunk_counts) {
         hp::pipeline_shape const shape{.stages = p, .microbatches = m, .chunks = v};
         if (p == 1 && v > 1) continue;
         if (std::is_same_v<G, hp::interleaved_1f1b> && (m < p || m % p != 0)) continue;
+        if (std::is_same_v<G, hp::interleaved_zb> && m % std::max(1, m / p) != 0) continue;
         CAPTURE(shape);
         auto const s = hp::make_schedule<G>(shape);
         CHECK(hp::find_problem(s) == "");
@@ -56,6 +57,7 @@ TEST_CASE("every generator validates over p x m x v, deterministically") {
   check_grid<hp::interleaved_1f1b>({1, 2, 4});
   check_grid<hp::zb_h1>({1});
   check_grid<hp::forward_only>({1, 2, 4});
+  check_grid<hp::interleaved_zb>({1, 2, 4});
 }
 
 TEST_CASE("micro-batches in flight follow the published formulas") {
@@ -266,4 +268,38 @@ TEST_CASE("forward-only schedules: forwards in the interleaved order, transfers 
   CHECK(os.str() == "schedule forward_only (p=2 m=1 v=1, forward only)\n"
                     "  rank 0: F0@s0 | send_forward F0@s0 -> rank 1\n"
                     "  rank 1: recv_forward F0@s1 <- rank 0 | F0@s1\n");
+}
+
+TEST_CASE("interleaved zero bubble: zb_h1 when v = 1; W at most r + 1 behind on rank r; v chunks in rounds") {
+  for (int p : {2, 3, 4, 8})
+    for (int m : {1, 2, 5, 8, 16}) {
+      if (m % std::max(1, m / p) != 0) continue;
+      hp::pipeline_shape const shape{.stages = p, .microbatches = m};
+      CAPTURE(shape);
+      CHECK(hp::make_schedule<hp::interleaved_zb>(shape).ranks() == hp::make_schedule<hp::zb_h1>(shape).ranks());
+    }
+  for (int p : {2, 4})
+    for (int v : {2, 3})
+      for (int m : {p, 2 * p, 3 * p}) {
+        hp::pipeline_shape const shape{.stages = p, .microbatches = m, .chunks = v};
+        CAPTURE(shape);
+        auto const s = hp::make_schedule<hp::interleaved_zb>(shape);
+        CHECK(s.splits_backward());
+        for (int r = 0; r < p; ++r) {
+          int pending = 0, most = 0, in_flight = 0, most_in_flight = 0;
+          for (action const& a : s.actions(r)) {
+            if (a.kind == action_kind::forward) most_in_flight = std::max(most_in_flight, ++in_flight);
+            if (a.kind == action_kind::backward_input) {
+              --in_flight;
+              most = std::max(most, ++pending);
+            }
+            if (a.kind == action_kind::backward_weight) --pending;
+          }
+          CHECK(most == std::min(r + 1, m * v));
+          // PyTorch's warm-up: (v - 1) per round + p - 1 - r forwards, one more before the first I.
+          CHECK(most_in_flight == std::min((v - 1) * m / std::max(1, m / p) + p - r, m * v));
+        }
+      }
+  CHECK_THROWS_WITH_AS(static_cast<void>(hp::make_schedule<hp::interleaved_zb>({.stages = 4, .microbatches = 9, .chunks = 2})),
+                       doctest::Contains("microbatches (m) = 9 is not a multiple of its 2 rounds"), headroom::invalid_argument);
 }

@@ -17,6 +17,8 @@
 //                     drain with weight gradients while input gradients travel to rank 0: up to
 //                     r + 1 W pending on rank r.
 //
+//   interleaved_zb    PyTorch's ScheduleInterleavedZeroBubble (ZB1P): interleaved chunks with the
+//                     backward split into I and W, W deferred by r on rank r; zb_h1 when v = 1.
 //   forward_only      evaluation: forwards only, in the interleaved forward order.
 //
 // g (shape.group) shapes interleaved_1f1b and forward_only; the others refuse a g other than 0.
@@ -229,6 +231,63 @@ struct zb_h1 {
   }
 };
 static_assert(schedule_generator<zb_h1>);
+
+/// Interleaved zero bubble (PyTorch's ScheduleInterleavedZeroBubble, the ZB1P schedule of Qi et
+/// al. 2024): v chunks per rank, the backward split into I and W. Micro-batches go in rounds of
+/// m / max(1, m / p) per chunk; rank r runs (v - 1) * round + p - 1 - r warm-up forwards (capped
+/// at m·v), then one forward and one input gradient at a time, each followed, from the (r + 1)-th
+/// on, by the oldest pending weight gradient; the input gradients left, then the weight gradients
+/// left. With v = 1 it is zb_h1. Needs m a multiple of its number of rounds, as PyTorch does.
+struct interleaved_zb {
+  static constexpr std::string_view name = "interleaved_zb";
+  [[nodiscard]] static schedule generate(pipeline_shape const& shape) {
+    detail::check_common(shape, name);
+    detail::check_no_group(shape, name);
+    int const p = shape.stages, m = shape.microbatches, v = shape.chunks;
+    int const rounds = std::max(1, m / p);
+    expects(m % rounds == 0, "pipeline::interleaved_zb: microbatches (m) = ", m, " is not a multiple of its ", rounds,
+            " rounds (max(1, m / p) for p = ", p, "), expected m % rounds == 0 (PyTorch's rule)");
+    int const per_round = m / rounds;
+    int const total = m * v;
+    std::vector<std::vector<action>> order(static_cast<std::size_t>(p));
+    for (int r = 0; r < p; ++r) {
+      auto& o = order[static_cast<std::size_t>(r)];
+      int const warmup = std::min((v - 1) * per_round + p - 1 - r, total);
+      auto const fwd_stage = [&](int op) { return shape.virtual_stage(r, (op / per_round) % v); };
+      auto const bwd_stage = [&](int op) { return shape.virtual_stage(r, v - 1 - ((op - warmup) / per_round) % v); };
+      std::vector<int> fwd_next(static_cast<std::size_t>(shape.virtual_stages()), 0);
+      std::vector<int> bwd_next(fwd_next), w_next(fwd_next);
+      std::vector<int> backward_stages;  // the stage of each input gradient, in order
+      std::size_t weights = 0;
+      auto const forward = [&](int op) {
+        int const st = fwd_stage(op);
+        o.push_back(detail::compute(action_kind::forward, fwd_next[static_cast<std::size_t>(st)]++, st));
+      };
+      auto const input = [&](int op) {
+        int const st = bwd_stage(op);
+        o.push_back(detail::compute(action_kind::backward_input, bwd_next[static_cast<std::size_t>(st)]++, st));
+        backward_stages.push_back(st);
+      };
+      auto const weight = [&] {
+        int const st = backward_stages[weights++];
+        o.push_back(detail::compute(action_kind::backward_weight, w_next[static_cast<std::size_t>(st)]++, st));
+      };
+      for (int op = 0; op < warmup; ++op) forward(op);
+      for (int op = warmup; op < total; ++op) {  // one forward, one input gradient
+        forward(op);
+        input(op);
+        if (op - warmup >= r) weight();
+      }
+      for (int op = total; op < total + warmup; ++op) {  // cool-down: the input gradients left
+        input(op);
+        if (op - warmup >= r) weight();
+      }
+      while (weights < backward_stages.size()) weight();
+    }
+    return detail::lower(std::string(name), shape, order);
+  }
+};
+static_assert(schedule_generator<interleaved_zb>);
 
 /// Evaluation: forwards only (Megatron's forward_only, PyTorch's eval()), in the interleaved
 /// forward order (g micro-batches per chunk at a time, the last group taking what is left; with
