@@ -153,7 +153,8 @@ def test_torch_memory_viz_accepts_the_snapshot():
 
 
 @pytest.mark.parametrize("call, error, message", [
-    (lambda: trace.snapshot_of([("malloc", 0x10, 4)]), headroom.invalid_argument, "action = 'malloc'; expected one of .*'free'"),
+    (lambda: trace.snapshot_of([("malloc", 0x10, 4)]), headroom.invalid_argument,
+     "action = 'malloc'; expected one of .*'free'"),
     (lambda: trace.snapshot_of([("alloc", -16, 4)]), headroom.invalid_argument, "addr = -16"),
     (lambda: trace.snapshot_of([("alloc", 0, 4)]), headroom.invalid_argument, "addr = 0; expected the block's"),
     (lambda: trace.snapshot_of([("alloc", 16, 4.5)]), TypeError, r"size = 4.5 \(float\)"),

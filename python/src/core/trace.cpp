@@ -123,16 +123,18 @@ void bind_trace(nb::module_& m) {
       .def_prop_ro("dropped", [](py_snapshot const& p) { return p.s.dropped; })
       .def_prop_ro("untracked", [](py_snapshot const& p) { return p.s.untracked; })
       .def_prop_ro("overlapping", [](py_snapshot const& p) { return p.s.overlapping; })
-      .def_prop_ro("synthetic", [](py_snapshot const& p) { return p.s.synthetic; },
-                   "Allocs added at the start of the trace for blocks live before it.")
-      .def_prop_ro("allocator_settings",
-                   [](py_snapshot const& p) {
-                     nb::dict d;
-                     d["trace_alloc_max_entries"] = p.s.max_entries;
-                     d["trace_alloc_overflowed"] = p.s.dropped > 0;
-                     return d;
-                   },
-                   "What the pickle's allocator_settings holds (PyTorch's keys for its ring).")
+      .def_prop_ro(
+          "synthetic", [](py_snapshot const& p) { return p.s.synthetic; },
+          "Allocs added at the start of the trace for blocks live before it.")
+      .def_prop_ro(
+          "allocator_settings",
+          [](py_snapshot const& p) {
+            nb::dict d;
+            d["trace_alloc_max_entries"] = p.s.max_entries;
+            d["trace_alloc_overflowed"] = p.s.dropped > 0;
+            return d;
+          },
+          "What the pickle's allocator_settings holds (PyTorch's keys for its ring).")
       .def_prop_ro("segments",
                    [](py_snapshot const& p) {
                      nb::list out;
@@ -215,10 +217,11 @@ void bind_trace(nb::module_& m) {
       .def_prop_ro("recording", [](py_recorder const& r) { return r.rec.recording(); })
       .def("clear_events", [](py_recorder& r) { r.rec.clear_events(); })
       .def_prop_ro("dropped", [](py_recorder const& r) { return r.rec.dropped(); })
-      .def_prop_ro("untracked", [](py_recorder const& r) { return r.rec.live().untracked(); },
-                   "Allocations the full live table had no room for (left out of snapshots).")
-      .def_prop_ro("live", [](py_recorder const& r) { return r.rec.live().size(); },
-                   "Blocks and segments live now.")
+      .def_prop_ro(
+          "untracked", [](py_recorder const& r) { return r.rec.live().untracked(); },
+          "Allocations the full live table had no room for (left out of snapshots).")
+      .def_prop_ro(
+          "live", [](py_recorder const& r) { return r.rec.live().size(); }, "Blocks and segments live now.")
       .def(
           "record",
           [](py_recorder& r, str_arg a, int_arg addr, int_arg size, int_arg stream,
