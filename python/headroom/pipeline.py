@@ -31,6 +31,7 @@ from ._core.pipeline import (
     Shape,
     StageBytes,
     find_problem,
+    fingerprint,
     make_schedule,
     output_lifetimes,
     place_transfers,
@@ -46,7 +47,7 @@ __all__ = [
     "Action", "MemoryPlan", "RankMemory", "Schedule", "Shape", "StageBytes", "schedule",
     "make_schedule", "schedule_kinds", "place_transfers", "find_problem", "validate", "timeline",
     "ticks", "predict_memory", "peaks", "to_pytorch", "from_pytorch", "to_csv", "from_csv",
-    "RETENTIONS", "output_lifetimes",
+    "RETENTIONS", "output_lifetimes", "fingerprint",
 ]
 
 RETENTIONS = ("all", "reduced", "none")

@@ -132,6 +132,21 @@ def test_memory_model_outputs_kept_until_backward():
     assert [r.peak for r in ev.ranks] == [110, 120] and [r.held_at_end for r in ev.ranks] == [0, 0]
 
 
+def test_fingerprint_tells_schedules_and_sizes_apart():
+    s = pipeline.schedule("one_f_one_b", 2, 4)
+    each = pipeline.StageBytes(activations=100, output=10)
+    words = pipeline.fingerprint(s, each)
+    assert len(words) == 8 and words == pipeline.fingerprint(s, [each, each])
+    renamed = pipeline.Schedule("other name", s.shape, s.ranks)
+    assert pipeline.fingerprint(renamed, each) == words  # names do not count
+    gp = pipeline.schedule("gpipe", 2, 4)  # same shape, another order
+    assert [a != b for a, b in zip(pipeline.fingerprint(gp, each), words)] == [False] * 6 + [True, False]
+    bigger = pipeline.StageBytes(activations=100, output=11)
+    assert [a != b for a, b in zip(pipeline.fingerprint(s, bigger), words)] == [False] * 7 + [True]
+    assert pipeline.fingerprint(s, [[each] * 2] * 4) != words  # per micro-batch sizes hash their count
+    assert pipeline.fingerprint(pipeline.schedule("one_f_one_b", 2, 2), each)[2:4] == [2, 2]
+
+
 def test_memory_model_sizes_per_microbatch():
     # packed sequences: micro-batch 1 is three times micro-batch 0 on every stage
     s = pipeline.schedule("gpipe", 2, 2)
@@ -175,6 +190,8 @@ def test_memory_model_sizes_per_microbatch():
      "stage bytes = 7; expected a StageBytes"),
     (lambda: pipeline.predict_memory(pipeline.schedule("gpipe", 1, 1), pipeline.StageBytes(output=1 << 62)),
      headroom.capacity_error, "too large to count"),
+    (lambda: pipeline.fingerprint(pipeline.schedule("gpipe", 2, 2), [pipeline.StageBytes()]),
+     headroom.invalid_argument, "pipeline::fingerprint: model_bytes has 1 stages, expected p·v = 2"),
     (lambda: pipeline.Shape(1 << 12, 1 << 13), headroom.capacity_error, "m·p·v = 8192 · 4096 · 1"),
     (lambda: pipeline.schedule("interleaved_zb", 4, 9), headroom.invalid_argument,
      r"\(m\) = 9 is not a multiple of its 2 rounds"),

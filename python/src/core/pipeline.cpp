@@ -19,6 +19,7 @@
 
 #include "bindings.hpp"
 #include "convert.hpp"
+#include "headroom/pipeline/fingerprint.hpp"
 #include "headroom/pipeline/memory_model.hpp"
 #include "headroom/pipeline/output_lifetime.hpp"
 #include "headroom/pipeline/pytorch_format.hpp"
@@ -312,6 +313,21 @@ void bind_pipeline(nb::module_& m) {
       "Each rank's peak for one step with output retention 'all', 'reduced' or 'none', outputs freed when sent "
       "(Megatron) or kept until their backward (PyTorch's PipelineStage); stage_bytes: one StageBytes for all "
       "stages, one per virtual stage, or one list per micro-batch.");
+
+  sub.def(
+      "fingerprint",
+      [](schedule const& s,
+         nb::typed<nb::handle,
+                   std::variant<stage_bytes, std::vector<stage_bytes>, std::vector<std::vector<stage_bytes>>>>
+             stages) {
+        auto const bytes = model_bytes_of(s, stages);
+        bytes.check(s.shape(), "pipeline::fingerprint");
+        auto const w = fingerprint(s, bytes);
+        return std::vector<std::int64_t>(w.begin(), w.end());
+      },
+      nb::arg("schedule"), nb::arg("stage_bytes"),
+      "The words the executor all-gathers before a step: ranks holding the same schedule (shape and every rank's "
+      "actions, not the name) and sizes get equal lists. Compare them across ranks before running a step.");
 
   nb::module_ pt = sub.def_submodule("pytorch", "PyTorch pipelining's _Action text format");
   pt.def(
