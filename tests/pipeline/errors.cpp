@@ -118,11 +118,11 @@ TEST_CASE("stage and rank indices out of range") {
 
 TEST_CASE("sizes per micro-batch: shape errors name the value") {
   hp::stage_bytes const b{.activations = 8, .output = 8, .parameters = 4};
-  CHECK_THROWS_WITH_AS(hp::model_bytes::per_microbatch({}), Contains("no micro-batches"), invalid_argument);
-  CHECK_THROWS_WITH_AS(hp::model_bytes::per_microbatch({{b, b}, {b}}), Contains("micro-batch 1 lists 1 stages, micro-batch 0 lists 2"), invalid_argument);
+  CHECK_THROWS_WITH_AS(static_cast<void>(hp::model_bytes::per_microbatch({})), Contains("no micro-batches"), invalid_argument);
+  CHECK_THROWS_WITH_AS(static_cast<void>(hp::model_bytes::per_microbatch({{b, b}, {b}})), Contains("micro-batch 1 lists 1 stages, micro-batch 0 lists 2"), invalid_argument);
   auto heavier = b;
   heavier.parameters = 5;
-  CHECK_THROWS_WITH_AS(hp::model_bytes::per_microbatch({{b, b}, {b, heavier}}), Contains("stage 1 has parameters 5 for micro-batch 1 and 4 for micro-batch 0"), invalid_argument);
+  CHECK_THROWS_WITH_AS(static_cast<void>(hp::model_bytes::per_microbatch({{b, b}, {b, heavier}})), Contains("stage 1 has parameters 5 for micro-batch 1 and 4 for micro-batch 0"), invalid_argument);
   auto const three = hp::model_bytes::per_microbatch({{b, b}, {b, b}, {b, b}});
   CHECK(three.microbatches() == 3);
   CHECK_THROWS_WITH_AS(static_cast<void>(three.at(0, 3)), Contains("micro-batch 3 out of range [0, 3)"), invalid_argument);

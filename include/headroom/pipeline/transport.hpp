@@ -25,7 +25,7 @@
 //                             first; the lists are projections of one global order, so they
 //                             arrive in that order). abort() aborts the thread_group; finish()
 //                             is a barrier.
-//   mpi::communicator         pipeline/mpi.hpp: MPI_Irecv posted at its place, MPI_Isend, every
+//   mpi::communicator         mpi/pipeline.hpp: MPI_Irecv posted at its place, MPI_Isend, every
 //                             wait polling for an abort message; finish() is an MPI_Ibarrier.
 #include <concepts>
 #include <cstddef>
@@ -88,7 +88,7 @@ class in_order_transport {
 }  // namespace detail
 
 /// The default: transfers in list order (see above). pipeline/cuda/executor.hpp specializes it
-/// for device communicators (the check collective goes through device memory), pipeline/mpi.hpp
+/// for device communicators (the check collective goes through device memory), mpi/pipeline.hpp
 /// for MPI.
 template <class Comm>
 class transport : public detail::in_order_transport<Comm> {
