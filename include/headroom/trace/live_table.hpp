@@ -9,6 +9,7 @@
 // recorders that several threads write.
 #include <algorithm>
 #include <bit>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -70,9 +71,19 @@ class live_table {
   /// Removes (addr, segment), copying it to `*removed` when given; false when it was not live
   /// (allocated before tracking, or untracked).
   bool erase(std::uint64_t addr, bool segment, live_entry* removed = nullptr) noexcept {
+    return erase(addr, segment, [removed](live_entry const& e) {
+      if (removed != nullptr) *removed = e;
+    });
+  }
+
+  /// Removes (addr, segment), first calling `seen(entry)`; false when it was not live. The
+  /// recorder reads what it needs from the entry in place instead of copying all of it.
+  template <class F>
+    requires std::invocable<F&, live_entry const&>
+  bool erase(std::uint64_t addr, bool segment, F&& seen) noexcept {
     live_entry* found = find(addr, segment);
     if (found == nullptr) return false;
-    if (removed != nullptr) *removed = *found;
+    seen(static_cast<live_entry const&>(*found));
     std::size_t hole = static_cast<std::size_t>(found - slots_.get());
     // Backward shift: move later entries of the probe run into the hole when their home
     // position allows it, so lookups never need tombstones.
@@ -84,7 +95,7 @@ class live_table {
         hole = j;
       }
     }
-    slots_[hole] = live_entry{};
+    slots_[hole].addr = 0;  // empty: only the key is read in an empty slot
     --size_;
     return true;
   }

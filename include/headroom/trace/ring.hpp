@@ -19,31 +19,33 @@ class event_ring {
                  std::make_unique_for_overwrite<event[]>(max_entries))),
         capacity_(max_entries) {}
 
-  void push(event const& e) noexcept {
-    events_[next_] = e;
+  void push(event const& e) noexcept { claim() = e; }
+
+  /// The slot of the next event, counted as written: the recorder fills it in place, so an
+  /// event is written once, straight into the ring.
+  [[nodiscard]] event& claim() noexcept {
+    event& slot = events_[next_];
     if (++next_ == capacity_) next_ = 0;
-    if (size_ < capacity_) {
-      ++size_;
-    } else {
-      ++dropped_;
-    }
+    ++pushed_;
+    return slot;
   }
 
   /// Forgets every event (the dropped count too); keeps the storage.
   void clear() noexcept {
     next_ = 0;
-    size_ = 0;
-    dropped_ = 0;
+    pushed_ = 0;
   }
 
-  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  [[nodiscard]] std::size_t size() const noexcept {
+    return pushed_ < capacity_ ? static_cast<std::size_t>(pushed_) : capacity_;
+  }
   [[nodiscard]] std::size_t capacity() const noexcept { return capacity_; }
   /// Events overwritten because the ring was full, since the last clear().
-  [[nodiscard]] std::uint64_t dropped() const noexcept { return dropped_; }
+  [[nodiscard]] std::uint64_t dropped() const noexcept { return pushed_ - size(); }
 
   /// The i-th oldest event still held (i < size()).
   [[nodiscard]] event const& operator[](std::size_t i) const noexcept {
-    std::size_t const first = size_ < capacity_ ? 0 : next_;
+    std::size_t const first = pushed_ < capacity_ ? 0 : next_;
     std::size_t const at = first + i;
     return events_[at < capacity_ ? at : at - capacity_];
   }
@@ -51,15 +53,14 @@ class event_ring {
   /// Calls f(event) from the oldest to the newest.
   template <class F>
   void for_each(F&& f) const {
-    for (std::size_t i = 0; i < size_; ++i) f((*this)[i]);
+    for (std::size_t i = 0, n = size(); i < n; ++i) f((*this)[i]);
   }
 
  private:
   std::unique_ptr<event[]> events_;
   std::size_t capacity_;
   std::size_t next_ = 0;
-  std::size_t size_ = 0;
-  std::uint64_t dropped_ = 0;
+  std::uint64_t pushed_ = 0;  ///< events written since the last clear(); the ring holds the newest
 };
 
 }  // namespace headroom::trace
