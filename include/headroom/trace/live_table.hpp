@@ -8,12 +8,14 @@
 // sharded_live_table splits the table in parts by address, each behind its own lock, for
 // recorders that several threads write.
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "headroom/core/error.hpp"
@@ -56,6 +58,11 @@ class live_table {
     ++size_;
     return true;
   }
+
+  /// Starts loading the slot where (addr, segment) would be, to be written soon. The recorder
+  /// calls it before reading the counter, which on x86 waits for loads already under way
+  /// but not for prefetches.
+  void prefetch(std::uint64_t addr, bool segment) const noexcept { __builtin_prefetch(&slots_[home(addr, segment)], 1); }
 
   [[nodiscard]] live_entry* find(std::uint64_t addr, bool segment) noexcept {
     for (std::size_t i = home(addr, segment); slots_[i].addr != 0; i = (i + 1) & mask_) {
@@ -131,9 +138,11 @@ class live_table {
   std::uint64_t untracked_ = 0;
 };
 
-/// `shards` live_tables of max_live / shards entries each (rounded up), the shard chosen by
-/// address; each with a lock of type Lock taken by the recorder around its update.
-template <class Lock>
+/// `Shards` live_tables of max_live / Shards entries each (rounded up), the shard chosen by
+/// address; each with a lock of type Lock taken by the recorder around its update. The count is
+/// a template argument so that one shard (single_thread) costs no hashing and no lookup.
+template <class Lock, std::size_t Shards>
+  requires(std::has_single_bit(Shards))
 class sharded_live_table {
  public:
   struct alignas(64) shard {
@@ -142,16 +151,18 @@ class sharded_live_table {
     live_table table;
   };
 
-  sharded_live_table(std::size_t max_live, std::size_t shards)
+  explicit sharded_live_table(std::size_t max_live)
       : max_live_((expects(max_live > 0, "trace::live_table: max_live is 0; expected at least 1 block"), max_live)),
-        mask_(std::bit_ceil(shards) - 1) {
-    shards_.reserve(mask_ + 1);
-    for (std::size_t i = 0; i <= mask_; ++i) shards_.push_back(std::make_unique<shard>((max_live + mask_) / (mask_ + 1)));
-  }
+        shards_(make_shards((max_live + Shards - 1) / Shards, std::make_index_sequence<Shards>{})) {}
 
   [[nodiscard]] shard& shard_of(std::uint64_t addr) noexcept {
-    // Bits above the ones live_table's own hash uses for the slot.
-    return *shards_[static_cast<std::size_t>(((addr >> 4) * 0x9e3779b97f4a7c15ull) >> 40) & mask_];
+    if constexpr (Shards == 1) {
+      (void)addr;
+      return shards_[0];
+    } else {
+      // Bits above the ones live_table's own hash uses for the slot.
+      return shards_[static_cast<std::size_t>(((addr >> 4) * 0x9e3779b97f4a7c15ull) >> 40) & (Shards - 1)];
+    }
   }
 
   /// The entry of (addr, segment), copied; null when not live.
@@ -161,30 +172,35 @@ class sharded_live_table {
   }
   [[nodiscard]] std::size_t size() const noexcept {
     std::size_t n = 0;
-    for (auto const& s : shards_) n += s->table.size();
+    for (auto const& s : shards_) n += s.table.size();
     return n;
   }
   [[nodiscard]] std::size_t max_live() const noexcept { return max_live_; }
   [[nodiscard]] std::uint64_t untracked() const noexcept {
     std::uint64_t n = 0;
-    for (auto const& s : shards_) n += s->table.untracked();
+    for (auto const& s : shards_) n += s.table.untracked();
     return n;
   }
   template <class F>
   void for_each(F&& f) const {
-    for (auto const& s : shards_) s->table.for_each(f);
+    for (auto const& s : shards_) s.table.for_each(f);
   }
   void clear() noexcept {
     for (auto& s : shards_) {
-      std::lock_guard lock(s->lock);
-      s->table.clear();
+      std::lock_guard lock(s.lock);
+      s.table.clear();
     }
   }
 
  private:
+  template <std::size_t... I>
+  static std::array<shard, Shards> make_shards(std::size_t per_shard, std::index_sequence<I...>) {
+    return {{((void)I, shard(per_shard))...}};
+  }
+
   std::size_t max_live_;
-  std::size_t mask_;
-  std::vector<std::unique_ptr<shard>> shards_;
+  // In place, not behind pointers: one load fewer before the slot's address is known.
+  std::array<shard, Shards> shards_;
 };
 
 }  // namespace headroom::trace
