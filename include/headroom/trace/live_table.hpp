@@ -62,7 +62,9 @@ class live_table {
   /// Starts loading the slot where (addr, segment) would be, to be written soon. The recorder
   /// calls it before reading the counter, which on x86 waits for loads already under way
   /// but not for prefetches.
-  void prefetch(std::uint64_t addr, bool segment) const noexcept { __builtin_prefetch(&slots_[home(addr, segment)], 1); }
+  void prefetch(std::uint64_t addr, bool segment) const noexcept {
+    __builtin_prefetch(&slots_[home(addr, segment)], 1);
+  }
 
   [[nodiscard]] live_entry* find(std::uint64_t addr, bool segment) noexcept {
     for (std::size_t i = home(addr, segment); slots_[i].addr != 0; i = (i + 1) & mask_) {

@@ -45,6 +45,7 @@ template <class Policy = single_thread>
 class recorder {
  public:
   using policy_type = Policy;
+  using live_table_type = sharded_live_table<typename Policy::mutex_type, Policy::shards>;
   static constexpr bool records = true;
 
   explicit recorder(recorder_options const& o = {})
@@ -143,7 +144,7 @@ class recorder {
   /// Events lost to the ring's wrap-around in this recording.
   [[nodiscard]] std::uint64_t dropped() const { return history().dropped; }
   /// The blocks and segments live now (kept even when not recording).
-  [[nodiscard]] sharded_live_table<typename Policy::mutex_type, Policy::shards> const& live() const noexcept { return live_; }
+  [[nodiscard]] live_table_type const& live() const noexcept { return live_; }
   [[nodiscard]] int device() const noexcept { return options_.device; }
   [[nodiscard]] recorder_options const& options() const noexcept { return options_; }
   /// ticks() when start() was last called.
@@ -156,7 +157,7 @@ class recorder {
     expects(o.device >= 0, "trace::recorder: device ", o.device, " is negative; expected a device ordinal >= 0");
     return o;
   }
-  using shard_type = typename sharded_live_table<typename Policy::mutex_type, Policy::shards>::shard;
+  using shard_type = typename live_table_type::shard;
 
   /// Updates the live table and, when Keep, completes `*e` (its ring slot) from it.
   template <bool Keep>
@@ -201,7 +202,7 @@ class recorder {
   }
 
   recorder_options options_;
-  sharded_live_table<typename Policy::mutex_type, Policy::shards> live_;
+  live_table_type live_;
   detail::event_buffers<Policy::per_thread_buffers> buffers_;
   std::atomic<bool> recording_{false};
   std::atomic<std::int64_t> start_ticks_{0};
