@@ -3,8 +3,8 @@
 //   single_thread  one thread records: no lock, no atomic read-modify-write on the recording path
 //   shared         any number of threads record: each thread appends to its own event buffer
 //                  (merged in time order at snapshot time); the table of live blocks is split in
-//                  `shards` parts, each behind a spin lock, so threads touching different blocks
-//                  rarely meet
+//                  `shards` parts by 64 KiB address region, each behind a spin lock, so threads
+//                  allocating from different regions rarely meet
 //   off            nothing is recorded; a recorder<off> is empty and its calls compile away
 #include <atomic>
 #include <concepts>
