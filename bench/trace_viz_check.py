@@ -13,6 +13,9 @@ For every snapshot:
   2. torch.cuda._memory_viz renders it: trace_plot (Active Memory Timeline), trace_plot with
      plot_segments=True (Active Cached Segment Timeline), segment_plot (Allocator State
      History), and the text consumers segsum and trace; the HTML goes to $OUT/trace_viz/.
+  3. tests/trace/viewer_check.py: the file in PyTorch's MemoryViz.js in headless Chromium, all
+     three views, every Allocator State History event clicked, no JS error, no block drawn as
+     pending-free that was not (skipped, and said so, without the viewer copy or chromium).
 Then a real snapshot: torch.cuda.memory._record_memory_history, a few allocations,
 torch.cuda.memory._snapshot(), dumped with protocol 4 and passed through the same checker, so
 the checker is shown to accept what PyTorch itself writes.
@@ -26,6 +29,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "trace"))
 import check_snapshot  # noqa: E402
+import viewer_check  # noqa: E402
 
 
 def snapshot_dirs(argv):
@@ -76,6 +80,13 @@ def main(argv):
             failures.append(f"{name}: {type(ex).__name__}: {ex}")
             print(f"FAIL {name}: {type(ex).__name__}: {ex}")
 
+    viewer = "not run: no snapshots"
+    if files:
+        rc = viewer_check.main(files)
+        viewer = {0: "passed", viewer_check.SKIP: "skipped"}.get(rc, "FAILED")
+        if rc not in (0, viewer_check.SKIP):
+            failures.append("viewer_check.py: a snapshot fails in PyTorch's viewer (see above)")
+
     torch_ok = False
     if torch.cuda.is_available():
         try:
@@ -102,7 +113,7 @@ def main(argv):
     for f in failures:
         print(f"failure: {f}")
     print(json.dumps({"bench": "trace_viz_check", "torch": torch.__version__, "snapshots": len(files),
-                      "from_gpu_program": len(from_gpu), "rendered": len(results), "torch_snapshot_ok": torch_ok,
+                      "from_gpu_program": len(from_gpu), "rendered": len(results), "viewer_check": viewer, "torch_snapshot_ok": torch_ok,
                       "failures": len(failures), "html_dir": html_dir}))
     return 1 if failures else 0
 

@@ -230,6 +230,15 @@ function(headroom_add_programs var)
                COMMAND "${Python3_EXECUTABLE}" "${PROJECT_SOURCE_DIR}/tests/trace/check_snapshot.py" "${dir}")
       set_tests_properties(trace_check_snapshot PROPERTIES LABELS host FIXTURES_REQUIRED trace_snapshots
                            TIMEOUT ${HEADROOM_TEST_TIMEOUT})
+      # The same files in PyTorch's viewer (MemoryViz.js in headless Chromium); skipped (77, with the
+      # reason) where the viewer copy, chromium or node-d3 is missing. Not in sanitizer builds: the
+      # files are the same, and the check takes a minute.
+      if(NOT HEADROOM_SANITIZE)
+        add_test(NAME trace_viewer_check
+                 COMMAND "${Python3_EXECUTABLE}" "${PROJECT_SOURCE_DIR}/tests/trace/viewer_check.py" "${dir}")
+        set_tests_properties(trace_viewer_check PROPERTIES LABELS host FIXTURES_REQUIRED trace_snapshots
+                             SKIP_RETURN_CODE 77 TIMEOUT ${HEADROOM_TEST_TIMEOUT})
+      endif()
     endif()
   endif()
 

@@ -5,7 +5,9 @@
 // communicator. CUDA-free; the CUDA backend lives in headroom/pipeline/cuda/.
 #include "headroom/pipeline/action.hpp"
 #include "headroom/pipeline/executor.hpp"
+#include "headroom/pipeline/fingerprint.hpp"
 #include "headroom/pipeline/memory_model.hpp"
+#include "headroom/pipeline/output_lifetime.hpp"
 #include "headroom/pipeline/pytorch_format.hpp"
 #include "headroom/pipeline/retention.hpp"
 #include "headroom/pipeline/schedule.hpp"
@@ -14,4 +16,5 @@
 #include "headroom/pipeline/stage.hpp"
 #include "headroom/pipeline/stage_bytes.hpp"
 #include "headroom/pipeline/timeline.hpp"
+#include "headroom/pipeline/transport.hpp"
 #include "headroom/pipeline/validate.hpp"

@@ -1,6 +1,7 @@
 #pragma once
 // headroom::trace — allocation history at chosen steps, written as PyTorch memory_viz
 // snapshots (CUDA-free: works over any stream_resource).
+#include "headroom/trace/clock.hpp"
 #include "headroom/trace/event.hpp"
 #include "headroom/trace/file.hpp"
 #include "headroom/trace/hooks.hpp"
@@ -14,4 +15,5 @@
 #include "headroom/trace/ring.hpp"
 #include "headroom/trace/snapshot.hpp"
 #include "headroom/trace/svg.hpp"
+#include "headroom/trace/take_snapshot.hpp"
 #include "headroom/trace/timeline.hpp"

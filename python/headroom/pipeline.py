@@ -1,9 +1,12 @@
 """headroom.pipeline: pipeline-parallel schedules, their validator and memory model.
 
-Schedule generators (gpipe, one_f_one_b, interleaved_1f1b, zb_h1), hand-written schedules
-(``place_transfers`` adds the sends and receives), the validator, text timelines, the memory
-model (each rank's peak for one step under output retention "all", "reduced" or "none") and
-PyTorch pipelining's action text (``0F1``, ``1B0``, ``2I3``, ``1W0``, ``0SEND_F1``...) both ways.
+Schedule generators (gpipe, one_f_one_b, interleaved_1f1b, zb_h1, interleaved_zb, and
+forward_only for evaluation steps), hand-written schedules (``place_transfers`` adds the sends
+and receives), the validator, text timelines, the memory model (each rank's peak for one step
+under output retention "all", "reduced" or "none", with outputs freed when sent as Megatron does
+or kept until their backward as PyTorch's PipelineStage does, and sizes per virtual stage or per
+micro-batch) and PyTorch pipelining's action text (``0F1``, ``1B0``, ``2I3``, ``1W0``,
+``0SEND_F1``...) both ways; rows without a gradient action import as a forward-only schedule.
 Everything runs in C++ (``headroom._core.pipeline``).
 
     >>> from headroom import pipeline
@@ -28,7 +31,9 @@ from ._core.pipeline import (
     Shape,
     StageBytes,
     find_problem,
+    fingerprint,
     make_schedule,
+    output_lifetimes,
     place_transfers,
     predict_memory,
     pytorch,
@@ -42,7 +47,7 @@ __all__ = [
     "Action", "MemoryPlan", "RankMemory", "Schedule", "Shape", "StageBytes", "schedule",
     "make_schedule", "schedule_kinds", "place_transfers", "find_problem", "validate", "timeline",
     "ticks", "predict_memory", "peaks", "to_pytorch", "from_pytorch", "to_csv", "from_csv",
-    "RETENTIONS",
+    "RETENTIONS", "output_lifetimes", "fingerprint",
 ]
 
 RETENTIONS = ("all", "reduced", "none")
@@ -53,9 +58,10 @@ def schedule(kind: str, stages: int, microbatches: int, chunks: int = 1, group: 
     return make_schedule(kind, stages, microbatches, chunks, group)
 
 
-def peaks(s: Schedule, stage_bytes: Any) -> dict:
-    """{retention: [peak bytes of rank r]} for every retention policy."""
-    return {r: [m.peak for m in predict_memory(s, stage_bytes, r).ranks] for r in RETENTIONS}
+def peaks(s: Schedule, stage_bytes: Any, outputs: str = "freed_when_sent") -> dict:
+    """{retention: [peak bytes of rank r]} for every retention policy (``outputs``: the output
+    lifetime, one of ``output_lifetimes``)."""
+    return {r: [m.peak for m in predict_memory(s, stage_bytes, r, outputs).ranks] for r in RETENTIONS}
 
 
 def to_pytorch(s: Schedule, compute_only: bool = False) -> list:
@@ -67,6 +73,7 @@ def from_pytorch(rows: Iterable[Sequence[Any]], name: str = "pytorch", shape: Op
     """A validated schedule from rows of PyTorch actions (strings, _Action objects or None).
 
     Compute-only rows get their transfers placed; rows with transfers are taken as they are.
+    Rows with no gradient action (no B, I, W, SEND_B, RECV_B) are a forward-only schedule.
     The shape is inferred (p = rows, v from the highest stage, m from the highest micro-batch)
     unless given.
     """

@@ -1,11 +1,18 @@
 """headroom.trace: memory_viz snapshots from Python.
 
-A ``Recorder`` takes allocator events (``alloc``, ``free_requested``, ``free_completed``,
+A ``Recorder`` takes allocator events (``alloc``, ``free``, ``free_requested``, ``free_completed``,
 ``segment_alloc``, ``segment_free``) as they happen, or replayed from a list; its ``snapshot()``
 holds the live segments and blocks and the recorded events, and writes the pickle PyTorch's
 memory_viz opens (https://pytorch.org/memory_viz, ``torch.cuda._memory_viz.trace_plot``) or a
 self-contained SVG. The recorder, snapshot and pickle writer are the C++ ones
 (``headroom._core.trace``); torch is not needed to write a snapshot.
+
+``free`` is an ordinary free; the snapshot writes it ``free_requested`` + ``free_completed``, as
+PyTorch does (the viewer merges the pair). ``free_requested`` and, later, ``free_completed`` is a
+deferred (``record_stream``-style) free: the block is pending in between. Blocks live before
+``start()`` get a synthetic ``alloc`` at the start of the trace (``Snapshot.synthetic`` counts
+them); allocations the full live table had no room for are left out (``untracked``). Event times
+(``time_us``) are Unix-epoch microseconds, as PyTorch's.
 
     >>> from headroom import trace
     >>> snap = trace.snapshot_of([("segment_alloc", 0x10000, 4096, "pool"),
@@ -23,7 +30,7 @@ from ._core.trace import Recorder, Snapshot
 
 __all__ = ["Recorder", "Snapshot", "ACTIONS", "snapshot_of", "write_snapshot"]
 
-ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free")
+ACTIONS = ("alloc", "free", "free_requested", "free_completed", "segment_alloc", "segment_free")
 _FIELDS = ("action", "addr", "size", "stream", "category", "frame")
 
 
@@ -49,7 +56,8 @@ def snapshot_of(events: Iterable[Any], *, device: int = 0, timestamps: bool = Fa
 
     Events are tuples ``(action, addr, size[, category[, stream]])`` or dicts with ``action,
     addr, size`` and optionally ``stream, category, frame`` (``(filename, function, line)``).
-    Without ``timestamps`` the events are numbered in order (the viewer orders by index).
+    Without ``timestamps`` every event gets the time recording started (the viewer orders by
+    index).
     """
     rec = Recorder(max_entries, max_live, device, timestamps)
     rec.start()

@@ -8,10 +8,13 @@ def every_kind():
     out = []
     for p in (1, 2, 3, 4):
         for m in (1, 2, 4, 8):
-            out += [pipeline.schedule(k, p, m) for k in ("gpipe", "one_f_one_b", "zb_h1")]
+            out += [pipeline.schedule(k, p, m) for k in ("gpipe", "one_f_one_b", "zb_h1", "interleaved_zb",
+                                                          "forward_only")]
             if p >= 2 and m % p == 0:
                 out.append(pipeline.schedule("interleaved_1f1b", p, m, chunks=2))
                 out.append(pipeline.schedule("gpipe", p, m, chunks=3))
+                out.append(pipeline.schedule("interleaved_zb", p, m, chunks=2))
+                out.append(pipeline.schedule("forward_only", p, m, chunks=2))
     return out
 
 
@@ -28,7 +31,33 @@ def test_generators_and_schedule_data():
     assert str(s).startswith("schedule zb_h1 (p=3 m=4 v=1)\n  rank 0: F0@s0 | send_forward F0@s0 -> rank 1")
     assert pipeline.timeline(s).splitlines()[0].startswith("rank 0 | F0")
     assert pipeline.ticks(pipeline.schedule("gpipe", 2, 2)) == 6
-    assert set(pipeline.schedule_kinds) == {"gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1"}
+    assert set(pipeline.schedule_kinds) == {"gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1", "interleaved_zb",
+                                            "forward_only"}
+    assert not s.forward_only
+
+
+def test_interleaved_zero_bubble_and_forward_only():
+    zb = pipeline.schedule("interleaved_zb", 2, 4, chunks=2)
+    assert zb.name == "interleaved_zb" and zb.splits_backward() and zb.shape == pipeline.Shape(2, 4, chunks=2)
+    assert {a.kind for a in zb.actions(0) if a.is_compute} == {"forward", "backward_input", "backward_weight"}
+    assert {a.stage for a in zb.actions(1)} == {1, 3}
+    # with one chunk it is zb_h1
+    assert pipeline.schedule("interleaved_zb", 3, 6).ranks == pipeline.schedule("zb_h1", 3, 6).ranks
+    ev = pipeline.schedule("forward_only", 3, 5)
+    assert ev.forward_only and "forward only" in str(ev)
+    assert {a.kind for r in range(3) for a in ev.actions(r)} == {"forward", "send_forward", "recv_forward"}
+    # the output of micro-batch 0 leaves once rank 2 can take it, after micro-batch 1 came in
+    assert [a.pytorch() for a in ev.actions(1)][:5] == ["1RECV_F0", "1F0", "1RECV_F1", "1SEND_F0", "1F1"]
+    # a forward-only schedule by hand: gradients are refused
+    F = lambda k, s: pipeline.Action("forward", k, s)  # noqa: E731
+    mine = pipeline.Schedule("eval", pipeline.Shape(1, 2), [[F(0, 0), F(1, 0)]], forward_only=True)
+    pipeline.validate(mine)
+    assert mine.forward_only and mine.ranks == pipeline.schedule("forward_only", 1, 2).ranks
+    with pytest.raises(headroom.invalid_argument, match="a gradient action in a forward-only"):
+        pipeline.validate(pipeline.Schedule("eval", pipeline.Shape(1, 1),
+                                            [[F(0, 0), pipeline.Action("backward", 0, 0)]], forward_only=True))
+    # the same lists as a training schedule miss their backwards
+    assert "no backward" in pipeline.find_problem(pipeline.Schedule("train", pipeline.Shape(1, 2), mine.ranks))
 
 
 def test_hand_written_schedules_are_validated():
@@ -84,6 +113,54 @@ def test_memory_model_per_retention():
     assert peaks == {"all": [210, 140], "reduced": [210, 130], "none": [210, 130]}
 
 
+def test_memory_model_outputs_kept_until_backward():
+    # PyTorch's PipelineStage keeps each output until its backward: rank 0 of 1F1B (p = 2, m = 2)
+    # holds both forwards' outputs at its peak, not one; the last rank keeps its output past the loss.
+    s = pipeline.schedule("one_f_one_b", 2, 2)
+    each = pipeline.StageBytes(activations=100, output=10)
+    m = pipeline.predict_memory(s, each, "none", "kept_until_backward")
+    assert m.outputs == "kept_until_backward" and "outputs kept_until_backward" in str(m)
+    # rank 0: F0, F1 (both outputs kept), then the gradient of output 0 arrives: 2·110 + 10
+    assert [r.peak for r in m.ranks] == [230, 140]
+    assert [r.held_at_end for r in m.ranks] == [0, 0]
+    assert pipeline.predict_memory(s, each, "none").outputs == "freed_when_sent"
+    assert pipeline.peaks(s, each, "kept_until_backward")["none"] == [230, 140]
+    assert [r.peak for r in pipeline.predict_memory(s, each, "none").ranks] == [210, 130]
+    assert set(pipeline.output_lifetimes) == {"freed_when_sent", "kept_until_backward"}
+    # forward-only: each forward frees its input and stash at once; only outputs in flight remain
+    ev = pipeline.predict_memory(pipeline.schedule("forward_only", 2, 3), each, "none")
+    assert [r.peak for r in ev.ranks] == [110, 120] and [r.held_at_end for r in ev.ranks] == [0, 0]
+
+
+def test_fingerprint_tells_schedules_and_sizes_apart():
+    s = pipeline.schedule("one_f_one_b", 2, 4)
+    each = pipeline.StageBytes(activations=100, output=10)
+    words = pipeline.fingerprint(s, each)
+    assert len(words) == 8 and words == pipeline.fingerprint(s, [each, each])
+    renamed = pipeline.Schedule("other name", s.shape, s.ranks)
+    assert pipeline.fingerprint(renamed, each) == words  # names do not count
+    gp = pipeline.schedule("gpipe", 2, 4)  # same shape, another order
+    assert [a != b for a, b in zip(pipeline.fingerprint(gp, each), words)] == [False] * 6 + [True, False]
+    bigger = pipeline.StageBytes(activations=100, output=11)
+    assert [a != b for a, b in zip(pipeline.fingerprint(s, bigger), words)] == [False] * 7 + [True]
+    assert pipeline.fingerprint(s, [[each] * 2] * 4) != words  # per micro-batch sizes hash their count
+    assert pipeline.fingerprint(pipeline.schedule("one_f_one_b", 2, 2), each)[2:4] == [2, 2]
+
+
+def test_memory_model_sizes_per_microbatch():
+    # packed sequences: micro-batch 1 is three times micro-batch 0 on every stage
+    s = pipeline.schedule("gpipe", 2, 2)
+    small, big = pipeline.StageBytes(activations=100, output=10), pipeline.StageBytes(activations=300, output=30)
+    per_mb = pipeline.predict_memory(s, [[small, small], [big, big]], "none")
+    uniform = pipeline.predict_memory(s, small, "none")
+    assert [r.peak for r in uniform.ranks] == [210, 230]
+    # rank 0: activations of both forwards and the big output not yet sent; rank 1: input 0's
+    # stash and activations, then the big input, activations and output
+    assert [r.peak for r in per_mb.ranks] == [100 + 300 + 30, 10 + 100 + 30 + 300 + 30]
+    # the same sizes for every micro-batch, given per micro-batch, are the uniform model
+    assert [r.peak for r in pipeline.predict_memory(s, [[small, small], [small, small]], "none").ranks] == [210, 230]
+
+
 @pytest.mark.parametrize("call, error, message", [
     (lambda: pipeline.schedule("1f1b", 2, 2), headroom.invalid_argument, "schedule kind = '1f1b'; expected one of"),
     (lambda: pipeline.schedule("gpipe", 0, 2), headroom.invalid_argument, r"stages \(p\) = 0, expected >= 1"),
@@ -100,6 +177,29 @@ def test_memory_model_per_retention():
     (lambda: pipeline.predict_memory(pipeline.schedule("gpipe", 2, 2), pipeline.StageBytes(), "some"),
      headroom.invalid_argument, "retention = 'some'"),
     (lambda: pipeline.StageBytes(output=-4), headroom.invalid_argument, "output = -4"),
+    (lambda: pipeline.predict_memory(pipeline.schedule("gpipe", 2, 2), pipeline.StageBytes(), "all", "kept"),
+     headroom.invalid_argument, "outputs = 'kept'; expected one of"),
+    (lambda: pipeline.predict_memory(pipeline.schedule("gpipe", 2, 2), [[pipeline.StageBytes()] * 2]),
+     headroom.invalid_argument, "model_bytes has sizes for 1 micro-batches, expected m = 2"),
+    (lambda: pipeline.predict_memory(pipeline.schedule("gpipe", 2, 1), [[pipeline.StageBytes()], 3]), TypeError,
+     r"stage bytes\[1\] = 3; expected a list of one StageBytes per virtual stage"),
+    (lambda: pipeline.predict_memory(pipeline.schedule("gpipe", 2, 2), [[pipeline.StageBytes()] * 2,
+                                                                       [pipeline.StageBytes(parameters=1)] * 2]),
+     headroom.invalid_argument, "expected the same \\(parameters do not depend on the micro-batch\\)"),
+    (lambda: pipeline.predict_memory(pipeline.schedule("gpipe", 2, 2), 7), TypeError,
+     "stage bytes = 7; expected a StageBytes"),
+    (lambda: pipeline.predict_memory(pipeline.schedule("gpipe", 1, 1), pipeline.StageBytes(output=1 << 62)),
+     headroom.capacity_error, "too large to count"),
+    (lambda: pipeline.fingerprint(pipeline.schedule("gpipe", 2, 2), [pipeline.StageBytes()]),
+     headroom.invalid_argument, "pipeline::fingerprint: model_bytes has 1 stages, expected p·v = 2"),
+    (lambda: pipeline.Shape(1 << 12, 1 << 13), headroom.capacity_error, "m·p·v = 8192 · 4096 · 1"),
+    (lambda: pipeline.schedule("interleaved_zb", 4, 9), headroom.invalid_argument,
+     r"\(m\) = 9 is not a multiple of its 2 rounds"),
+    (lambda: pipeline.Schedule("x", pipeline.Shape(1, 1), [[]], True), TypeError, r"\*, forward_only: bool"),
+    (lambda: pipeline.from_pytorch([["1F0"], ["0F0"]]), headroom.invalid_argument,
+     "rank 0 action 1F0 is on stage 1, which lives on rank 1"),
+    (lambda: pipeline.from_pytorch([["0F0", "0F3"]], shape=pipeline.Shape(1, 2)), headroom.invalid_argument,
+     "names micro-batch 3; expected one below m = 2"),
     (lambda: pipeline.from_pytorch([["0F0", "0Q0"]]), headroom.invalid_argument,
      "rank 0 column 1: '0Q0' has no known action type"),
     (lambda: pipeline.from_pytorch([["0F"]]), headroom.invalid_argument, "'0F' has no micro-batch index"),

@@ -18,10 +18,11 @@ def test_the_extension_is_the_module_and_stubs_sit_beside_it():
     ("pool/__init__.pyi", ["class Plan:", "def make_plan(", "def fingerprint(", "class HostUnitPool:"]),
     ("pool/models.pyi", ["def make_workload("]),
     ("cp.pyi", ["class Partition:", "def shifted_labels("]),
-    ("pipeline/__init__.pyi", ["class Schedule:", "def predict_memory("]),
+    ("pipeline/__init__.pyi", ["class Schedule:", "def predict_memory(", "def fingerprint(", "forward_only: bool",
+                               "stage_bytes: StageBytes | Sequence[StageBytes] | Sequence[Sequence[StageBytes]]"]),
     ("pipeline/pytorch.pyi", ["def import_actions(", "def to_csv("]),
     ("stats/__init__.pyi", ["class Report:", "def max_of("]),
-    ("trace.pyi", ["class Recorder:", "def to_memory_viz("]),
+    ("trace.pyi", ["class Recorder:", "def to_memory_viz(", "def allocator_settings(self) -> dict", "def synthetic("]),
 ])
 def test_stub_declares_the_api(stub, names):
     text = (STUBS / stub).read_text()

@@ -1,4 +1,5 @@
 import pickle
+import time
 
 import pytest
 
@@ -27,7 +28,70 @@ def test_snapshot_of_an_event_list():
     assert actions == ["segment_alloc", "alloc", "alloc", "segment_alloc", "alloc", "free_requested",
                        "free_completed"]
     assert s.trace[5]["category"] == "activation"  # a free without a category takes its block's
-    assert [e["time_ns"] for e in s.trace] == sorted(e["time_ns"] for e in s.trace)
+    # free_requested earlier than free_completed: a deferred free, kept as two events
+    assert [e["deferred"] for e in s.trace[5:]] == [False, True]
+    assert not any(e["synthetic"] for e in s.trace)
+    # without timestamps every event has the time recording started, in Unix-epoch microseconds
+    assert len({e["time_us"] for e in s.trace}) == 1 and abs(s.trace[0]["time_us"] / 1e6 - time.time()) < 60
+
+
+def test_an_ordinary_free_is_written_as_the_pair_pytorch_writes():
+    s = trace.snapshot_of([("alloc", 0x100, 64, "x"), ("free", 0x100, 64), ("alloc", 0x200, 32, "y"),
+                           ("free_requested", 0x200, 32)])
+    frees = [(e["action"], e["addr"], e["category"], e["deferred"]) for e in s.trace if e["action"].startswith("free")]
+    assert frees == [("free_requested", 0x100, "x", False), ("free_completed", 0x100, "x", False),
+                     ("free_requested", 0x200, "y", False)]
+    assert s.active_bytes == 32 and [b["state"] for seg in s.segments for b in seg["blocks"]] == ["active_pending_free"]
+    events = pickle.loads(s.to_memory_viz())["device_traces"][0]
+    assert [e["action"] for e in events if e["addr"] == 0x100] == ["segment_alloc", "alloc", "free_requested",
+                                                                   "free_completed", "segment_free"]
+
+
+def test_times_are_unix_epoch_microseconds():
+    rec = trace.Recorder(timestamps=True)
+    before = time.time_ns() // 1000
+    rec.start()
+    for i in range(1, 5):
+        rec.record("alloc", 0x1000 * i, 64)
+        rec.record("free", 0x1000 * i, 64)
+    after = time.time_ns() // 1000
+    s = rec.snapshot()
+    times = [e["time_us"] for e in s.trace]
+    assert times == sorted(times)
+    # the tick rate is calibrated against the clocks: allow a few milliseconds of error
+    assert before - 5000 <= times[0] and times[-1] <= after + 5000
+    assert [e["time_us"] for e in pickle.loads(s.to_memory_viz())["device_traces"][0]] == times
+
+
+def test_blocks_live_before_start_get_a_synthetic_alloc():
+    rec = trace.Recorder()
+    rec.record("segment_alloc", 0x10000, 4096, category="pool")
+    rec.record("alloc", 0x10000, 1024, category="weights", frame=("model.py", "init", 3))
+    rec.record("alloc", 0x10400, 512, category="activation")
+    rec.start()
+    rec.record("free", 0x10400, 512)
+    s = rec.snapshot()
+    assert s.synthetic == 2
+    head = [(e["action"], e["addr"], e["category"], e["synthetic"]) for e in s.trace[:3]]
+    assert head == [("segment_alloc", 0x10000, "pool", True), ("alloc", 0x10000, "weights", True),
+                    ("alloc", 0x10400, "activation", True)]
+    assert s.trace[1]["frames"] == [{"filename": "model.py", "name": "init", "line": 3}]
+    assert [e["synthetic"] for e in s.trace[3:]] == [False, False]
+    assert pickle.loads(s.to_memory_viz())["headroom"]["synthetic_allocs"] == 2
+
+
+def test_allocator_settings_say_whether_the_ring_overflowed():
+    rec = trace.Recorder(max_entries=3)
+    rec.start()
+    for i in range(1, 3):
+        rec.record("alloc", 0x100 * i, 8)
+    s = rec.snapshot()
+    assert s.allocator_settings == {"trace_alloc_max_entries": 3, "trace_alloc_overflowed": False}
+    rec.record("alloc", 0x300, 8)
+    rec.record("alloc", 0x400, 8)
+    s = rec.snapshot()
+    assert s.dropped == 1 and s.allocator_settings == {"trace_alloc_max_entries": 3, "trace_alloc_overflowed": True}
+    assert pickle.loads(s.to_memory_viz())["allocator_settings"] == s.allocator_settings
 
 
 def test_the_pickle_reads_back_as_memory_viz_data(tmp_path):
@@ -61,7 +125,9 @@ def test_recorder_follows_start_and_stop():
     rec.stop()
     assert not rec.recording
     s = rec.snapshot()
-    assert s.active_bytes == 96 and [e["addr"] for e in s.trace if e["action"] == "alloc"] == [0x200]
+    assert s.active_bytes == 96
+    # the block allocated before start() gets a synthetic alloc at the start of the trace
+    assert [(e["addr"], e["synthetic"]) for e in s.trace if e["action"] == "alloc"] == [(0x100, True), (0x200, False)]
     small = trace.Recorder(max_entries=2)
     small.start()
     for i in range(5):
@@ -87,7 +153,8 @@ def test_torch_memory_viz_accepts_the_snapshot():
 
 
 @pytest.mark.parametrize("call, error, message", [
-    (lambda: trace.snapshot_of([("malloc", 0x10, 4)]), headroom.invalid_argument, "action = 'malloc'; expected one of"),
+    (lambda: trace.snapshot_of([("malloc", 0x10, 4)]), headroom.invalid_argument,
+     "action = 'malloc'; expected one of .*'free'"),
     (lambda: trace.snapshot_of([("alloc", -16, 4)]), headroom.invalid_argument, "addr = -16"),
     (lambda: trace.snapshot_of([("alloc", 0, 4)]), headroom.invalid_argument, "addr = 0; expected the block's"),
     (lambda: trace.snapshot_of([("alloc", 16, 4.5)]), TypeError, r"size = 4.5 \(float\)"),
@@ -115,7 +182,15 @@ def test_clear_events_and_counters():
     rec.record("alloc", 0x100, 8)
     rec.record("alloc", 0x200, 8)
     rec.record("alloc", 0x300, 8)  # no room in the live table
+    rec.record("free", 0x300, 8)  # an untracked block's events are left out of the trace
+    assert rec.untracked == 1 and rec.live == 2
     s = rec.snapshot()
     assert s.untracked == 1 and s.overlapping == 0 and s.device == 0
+    assert [e["addr"] for e in s.trace if e["action"] == "alloc"] == [0x100, 0x200]
+    assert 0x300 not in {e["addr"] for e in s.trace}
+    assert pickle.loads(s.to_memory_viz())["headroom"]["untracked_blocks"] == 1
+    assert "1 blocks left out" in s.to_svg()
     rec.clear_events()
-    assert [e["action"] for e in rec.snapshot().trace] == []
+    after = rec.snapshot()  # only the blocks live now, as synthetic allocs
+    assert after.synthetic == 2 and all(e["synthetic"] for e in after.trace)
+    assert [e["action"] for e in after.trace if e["action"] == "alloc"] == ["alloc", "alloc"]

@@ -2,8 +2,10 @@
 #include <doctest/doctest.h>
 
 // Compile-time positive and negative checks of the pipeline module's concepts and constraints.
+#include <concepts>
 #include <cstddef>
 #include <span>
+#include <type_traits>
 
 #include "headroom/host/aligned_resource.hpp"
 #include "headroom/host/thread_group.hpp"
@@ -96,6 +98,22 @@ static_assert(!hp::pipeline_stage<void_loss, inline_stream> && !hp::pipeline_sta
 static_assert(!hp::split_backward_stage<only_weight_half, inline_stream>);
 static_assert(!hp::pipeline_stage<whole, other_stream>);  // callbacks take the executor's stream type
 static_assert(std::is_same_v<hp::loss_t<whole, inline_stream>, double>);
+
+// Evaluation needs forward and loss only; a stage without backward is a forward_stage.
+static_assert(hp::forward_stage<no_backward, inline_stream> && hp::forward_stage<whole, inline_stream>);
+static_assert(!hp::forward_stage<void_loss, inline_stream>);
+static_assert(hp::schedule_generator<hp::forward_only> && hp::schedule_generator<hp::interleaved_zb>);
+static_assert(hp::output_lifetime<hp::outputs::freed_when_sent> && hp::output_lifetime<hp::outputs::kept_until_backward>);
+static_assert(!hp::output_lifetime<hp::retention::all> && !hp::output_lifetime<int>);
+
+// A kept output holds a share of the resource it returns to and gives its block back exactly
+// once: movable, never copyable (a copy would free the block twice).
+using kept = hp::kept_output<hp::executor<thread_communicator, aligned_resource>::buffer>;
+static_assert(std::movable<kept> && !std::copyable<kept> && !std::is_copy_constructible_v<kept>);
+static_assert(std::is_nothrow_move_assignable_v<kept> && std::is_nothrow_move_constructible_v<kept>);
+// Thread ranks defer receives to their consumer; a communicator the executor knows nothing
+// about gets transfers in list order.
+static_assert(hp::transport<thread_communicator>::defers_receives);
 
 static_assert(hp::byte_transport<thread_communicator>);
 static_assert(headroom::communicator<arithmetic_only_comm> && !hp::byte_transport<arithmetic_only_comm>);

@@ -194,12 +194,15 @@ struct rank_model {
   rank_model& operator=(rank_model const&) = delete;
 };
 
-/// The whole model on the current GPU, micro-batch after micro-batch, with the same kernels.
+/// The whole model on the current GPU, micro-batch after micro-batch, with the same kernels,
+/// taking the micro-batches in `order` (0, 1, ... when empty): the order in which every stage
+/// of the pipeline adds its weight gradients (reversed for PyTorch's ScheduleLoopedBFS).
 struct reference {
   std::vector<toy::params> stages;
   std::vector<double> losses;
 };
-inline reference run_reference(toy::dims d, int virtual_stages, int microbatches, stream_view s) {
+inline reference run_reference(toy::dims d, int virtual_stages, int microbatches, stream_view s,
+                               std::vector<int> const& order = {}) {
   auto const vs = static_cast<std::size_t>(virtual_stages);
   batch const in(d, microbatches);
   std::vector<device_params> params;
@@ -207,7 +210,8 @@ inline reference run_reference(toy::dims d, int virtual_stages, int microbatches
   device_vector<float> ys(d.floats() * vs), dy(d.floats()), dz(d.floats()), dx(d.floats());
   device_vector<double> losses(static_cast<std::size_t>(microbatches));
   auto y = [&](std::size_t v) { return ys.data() + d.floats() * v; };
-  for (int k = 0; k < microbatches; ++k) {
+  for (int i = 0; i < microbatches; ++i) {
+    int const k = order.empty() ? i : order[static_cast<std::size_t>(i)];
     for (std::size_t v = 0; v < vs; ++v) forward(d, params[v], v == 0 ? in.x(d, k) : y(v - 1), y(v), s);
     loss_kernel<<<1, 1, 0, s.get()>>>(static_cast<int>(d.floats()), y(vs - 1), in.t(d, k), dy.data(), losses.data() + k);
     HEADROOM_CUDA_TRY(cudaGetLastError());

@@ -58,13 +58,48 @@ TEST_CASE("generators reject bad shapes, naming the value and the rule") {
   CHECK_THROWS_WITH_AS(generate<hp::one_f_one_b>({.stages = 2, .microbatches = 4, .chunks = 2}), Contains("use interleaved_1f1b for v > 1"), invalid_argument);
   CHECK_THROWS_WITH_AS(generate<hp::zb_h1>({.stages = 2, .microbatches = 4, .chunks = 4}), Contains("chunks (v) = 4, expected 1"), invalid_argument);
   CHECK_THROWS_WITH_AS(generate<hp::interleaved_1f1b>({.stages = 4, .microbatches = 2, .chunks = 2}), Contains("microbatches (m) = 2 < stages (p) = 4"), invalid_argument);
-  CHECK_THROWS_WITH_AS(generate<hp::interleaved_1f1b>({.stages = 4, .microbatches = 6, .chunks = 2}), Contains("m) = 6 is not a multiple of the group size g = 4"), invalid_argument);
-  CHECK_THROWS_WITH_AS(generate<hp::interleaved_1f1b>({.stages = 4, .microbatches = 12, .chunks = 2, .group = 8}), Contains("not a multiple of the group size g = 8"), invalid_argument);
+  CHECK_THROWS_WITH_AS(generate<hp::interleaved_1f1b>({.stages = 4, .microbatches = 6, .chunks = 2}), Contains("microbatches (m) = 6 leaves a last group of m mod g = 2 micro-batches for g = 4, expected 0 or at least p = 4"), invalid_argument);
+  CHECK_THROWS_WITH_AS(generate<hp::interleaved_1f1b>({.stages = 4, .microbatches = 10, .chunks = 2, .group = 8}), Contains("m mod g = 2 micro-batches for g = 8"), invalid_argument);
+  CHECK_THROWS_WITH_AS(generate<hp::interleaved_1f1b>({.stages = 4, .microbatches = 8, .chunks = 2, .group = 9}), Contains("group (g) = 9 > microbatches (m) = 8, expected p <= g <= m"), invalid_argument);
+  // Megatron's tail groups: m mod g >= p is accepted (p = 4, m = 14, g = 5 leaves a group of 4).
+  CHECK_NOTHROW(hp::validate(hp::make_schedule<hp::interleaved_1f1b>({.stages = 4, .microbatches = 14, .chunks = 2, .group = 5})));
+  // A group size is refused, not ignored, by the generators that do not use it.
+  CHECK_THROWS_WITH_AS(generate<hp::gpipe>({.stages = 2, .microbatches = 4, .group = 2}), Contains("pipeline::gpipe: group (g) = 2, expected 0: only interleaved_1f1b"), invalid_argument);
+  CHECK_THROWS_WITH_AS(generate<hp::one_f_one_b>({.stages = 2, .microbatches = 4, .group = 4}), Contains("pipeline::1f1b: group (g) = 4, expected 0"), invalid_argument);
+  CHECK_THROWS_WITH_AS(generate<hp::zb_h1>({.stages = 2, .microbatches = 4, .group = 2}), Contains("pipeline::zb_h1: group (g) = 2, expected 0"), invalid_argument);
   CHECK_THROWS_WITH_AS(generate<hp::interleaved_1f1b>({.stages = 4, .microbatches = 8, .chunks = 2, .group = 2}), Contains("group (g) = 2 < stages (p) = 4"), invalid_argument);
   CHECK_THROWS_WITH_AS(generate<hp::interleaved_1f1b>({.stages = 4, .microbatches = 8, .chunks = 2, .group = -1}), Contains("group (g) = -1"), invalid_argument);
   // 1F1B, GPipe and ZB-H1 run with fewer micro-batches than stages (the warm-up is capped).
   CHECK_NOTHROW(hp::validate(hp::make_schedule<hp::one_f_one_b>({.stages = 8, .microbatches = 3})));
   CHECK_NOTHROW(hp::validate(hp::make_schedule<hp::zb_h1>({.stages = 8, .microbatches = 3})));
+}
+
+TEST_CASE("size products are checked in 64 bits, at their edges, naming the operands") {
+  using headroom::capacity_error;
+  auto const check = [](hp::pipeline_shape const& shape) { shape.check("test"); };
+  // p·v: 65536 · 65536 wrapped an int to 0 virtual stages; now it is refused by name.
+  CHECK_THROWS_WITH_AS(check({.stages = 65536, .microbatches = 1, .chunks = 65536}), Contains("test: p·v = 65536 · 65536 = 4294967296 virtual stages, expected <= 1048576"), capacity_error);
+  CHECK_THROWS_WITH_AS(generate<hp::gpipe>({.stages = 65536, .microbatches = 1, .chunks = 65536}), Contains("pipeline::gpipe: p·v = 65536 · 65536"), capacity_error);
+  CHECK_THROWS_WITH_AS(hp::schedule("x", {.stages = 65536, .microbatches = 1, .chunks = 65536}, lists(65536)), Contains("pipeline::schedule: p·v"), capacity_error);
+  // m·v: 2^23 · 2^8 overflowed an int.
+  CHECK_THROWS_WITH_AS(check({.stages = 1, .microbatches = 1 << 23, .chunks = 1 << 8}), Contains("m·v = 8388608 · 256 = 2147483648 micro-batch slots per rank, expected <= 16777216"), capacity_error);
+  // m·p·v: each factor and pairwise product within bounds, the whole step is not.
+  CHECK_THROWS_WITH_AS(check({.stages = 1 << 12, .microbatches = 1 << 13, .chunks = 1}), Contains("m·p·v = 8192 · 4096 · 1 = 33554432 (micro-batch, virtual stage) pairs, expected <= 16777216"), capacity_error);
+  // At the edges: exactly the limits pass, one more fails.
+  CHECK_NOTHROW(check({.stages = 1 << 12, .microbatches = 16, .chunks = 1 << 8}));    // p·v = 2^20, m·p·v = 2^24
+  CHECK_NOTHROW(check({.stages = 1, .microbatches = 1 << 16, .chunks = 1 << 8}));     // m·v = 2^24
+  CHECK_THROWS_AS(check({.stages = (1 << 12) + 1, .microbatches = 1, .chunks = 1 << 8}), capacity_error);
+  CHECK_THROWS_AS(check({.stages = 1 << 12, .microbatches = 17, .chunks = 1 << 8}), capacity_error);
+  CHECK_THROWS_AS(check({.stages = 1, .microbatches = (1 << 16) + 1, .chunks = 1 << 8}), capacity_error);
+  CHECK_THROWS_WITH_AS(check({.stages = 1, .microbatches = (1 << 24) + 1, .chunks = 1}), Contains("m·v = 16777217 · 1 = 16777217 micro-batch slots per rank"), capacity_error);
+  // Byte counts: a size over 2^61, and a sum of kept outputs that would wrap 64 bits.
+  auto const s = hp::make_schedule<hp::one_f_one_b>({.stages = 2, .microbatches = 8});
+  std::size_t const huge = (std::size_t{1} << 61) - 1;  // the largest size counted
+  CHECK_THROWS_WITH_AS(static_cast<void>(hp::predict_memory(s, hp::model_bytes::uniform(s.shape(), {.output = huge + 1}), hp::retention::none{})),
+                       Contains("a size of 2305843009213693952 bytes is too large to count, expected <= 2305843009213693951"), capacity_error);
+  CHECK_THROWS_WITH_AS(static_cast<void>(hp::predict_memory(s, hp::model_bytes::uniform(s.shape(), {.output = huge}), hp::retention::all{})),
+                       Contains("rank 1: live bytes"), capacity_error);
+  CHECK_NOTHROW(static_cast<void>(hp::predict_memory(s, hp::model_bytes::uniform(s.shape(), {.output = huge / 8}), hp::retention::all{})));
 }
 
 TEST_CASE("stage and rank indices out of range") {
@@ -79,6 +114,20 @@ TEST_CASE("stage and rank indices out of range") {
   CHECK_THROWS_WITH_AS(hp::model_bytes(std::vector<hp::stage_bytes>{}), Contains("no stages"), invalid_argument);
   auto const two = hp::model_bytes::uniform({.stages = 2, .microbatches = 1}, {});
   CHECK_THROWS_WITH_AS(static_cast<void>(hp::predict_memory(s, two, hp::retention::all{})), Contains("model_bytes has 2 stages, expected p·v = 4"), invalid_argument);
+}
+
+TEST_CASE("sizes per micro-batch: shape errors name the value") {
+  hp::stage_bytes const b{.activations = 8, .output = 8, .parameters = 4};
+  CHECK_THROWS_WITH_AS(static_cast<void>(hp::model_bytes::per_microbatch({})), Contains("no micro-batches"), invalid_argument);
+  CHECK_THROWS_WITH_AS(static_cast<void>(hp::model_bytes::per_microbatch({{b, b}, {b}})), Contains("micro-batch 1 lists 1 stages, micro-batch 0 lists 2"), invalid_argument);
+  auto heavier = b;
+  heavier.parameters = 5;
+  CHECK_THROWS_WITH_AS(static_cast<void>(hp::model_bytes::per_microbatch({{b, b}, {b, heavier}})), Contains("stage 1 has parameters 5 for micro-batch 1 and 4 for micro-batch 0"), invalid_argument);
+  auto const three = hp::model_bytes::per_microbatch({{b, b}, {b, b}, {b, b}});
+  CHECK(three.microbatches() == 3);
+  CHECK_THROWS_WITH_AS(static_cast<void>(three.at(0, 3)), Contains("micro-batch 3 out of range [0, 3)"), invalid_argument);
+  auto const s = hp::make_schedule<hp::one_f_one_b>({.stages = 2, .microbatches = 4});
+  CHECK_THROWS_WITH_AS(static_cast<void>(hp::predict_memory(s, three, hp::retention::none{})), Contains("model_bytes has sizes for 3 micro-batches, expected m = 4"), invalid_argument);
 }
 
 TEST_CASE("validate rejects broken action lists with the rule they break") {
@@ -175,6 +224,28 @@ TEST_CASE("the executor checks its inputs before any transfer") {
     auto broken = s.ranks();
     broken[1].pop_back();
     CHECK_THROWS_WITH_AS(hp::executor(comm, resource, hp::schedule("broken", s.shape(), broken), bytes), Contains("no send_backward"), invalid_argument);
+  });
+}
+
+TEST_CASE("forward-only: gradient actions and training schedules are refused by name") {
+  auto const eval = hp::make_schedule<hp::forward_only>({.stages = 2, .microbatches = 2});
+  auto lists_with_grad = eval.ranks();
+  lists_with_grad[0].push_back({action_kind::backward, 0, 0, -1});
+  hp::schedule const bad("eval+grad", eval.shape(), lists_with_grad, hp::step_kind::evaluation);
+  CHECK_THROWS_WITH_AS(hp::validate(bad), Contains("rank 0 action 4 (B0@s0): a gradient action in a forward-only (evaluation) schedule"), invalid_argument);
+  // The same lists marked as training miss their backwards.
+  CHECK_THROWS_WITH_AS(hp::validate(hp::schedule("train", eval.shape(), eval.ranks())), Contains("no backward"), invalid_argument);
+  struct forward_only_stage {
+    void forward(hp::forward_args<inline_stream> const&) {}
+    double loss(hp::loss_args<inline_stream> const&) { return 0; }
+  };
+  auto const train = hp::make_schedule<hp::one_f_one_b>({.stages = 2, .microbatches = 2});
+  auto const bytes = hp::model_bytes::uniform(train.shape(), {.activations = 8, .output = 8});
+  headroom::host::launch(2, [&](thread_communicator& comm) {
+    aligned_resource resource;
+    hp::executor exec(comm, resource, train, bytes);
+    forward_only_stage stage;
+    CHECK_THROWS_WITH_AS(exec.step(stage), Contains("schedule '1f1b' trains (it has backwards); the stage has no backward member"), invalid_argument);
   });
 }
 

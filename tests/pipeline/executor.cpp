@@ -65,8 +65,16 @@ template <class G>
 void check_against_reference(hp::pipeline_shape const& shape) {
   CAPTURE(shape);
   toy::dims const d{.width = 6, .rows = 3};
-  auto const ref = toy::run_reference(d, shape.virtual_stages(), shape.microbatches);
   auto const got = run_pipeline<G>(shape, d);
+  // The reference adds each stage's weight gradients in the schedule's order (micro-batch
+  // order, except GPipe with v > 1, which runs backwards from the last one), and the stages
+  // took them in that order.
+  auto const order = toy::weight_order(hp::make_schedule<G>(shape));
+  std::vector<std::vector<int>> taken(order.size());
+  for (auto const& entry : got.weight_grad_order)
+    for (int const code : entry.second) taken[static_cast<std::size_t>(code / 1000)].push_back(code % 1000);
+  CHECK(taken == order);
+  auto const ref = toy::run_reference(d, shape.virtual_stages(), shape.microbatches, order);
   REQUIRE(got.params.size() == ref.stages.size());
   for (int s = 0; s < shape.virtual_stages(); ++s) {
     CAPTURE(s);
@@ -98,4 +106,55 @@ TEST_CASE("gradients and losses bit-equal to a single-rank run, every schedule")
       for (int m : {p, 2 * p}) check_against_reference<hp::interleaved_1f1b>({.stages = p, .microbatches = m, .chunks = v});
     }
   check_against_reference<hp::interleaved_1f1b>({.stages = 2, .microbatches = 12, .chunks = 2, .group = 3});
+  check_against_reference<hp::interleaved_1f1b>({.stages = 4, .microbatches = 14, .chunks = 2, .group = 5});  // tail group
+  for (int p : {2, 4})
+    for (int v : {2, 3})
+      for (int m : {p, 2 * p, 3}) check_against_reference<hp::interleaved_zb>({.stages = p, .microbatches = m, .chunks = v});
+}
+
+namespace {
+// Only what evaluation needs: no backward member.
+struct eval_stage {
+  stage_t inner;
+  void forward(hp::forward_args<inline_stream> const& a) { inner.forward(a); }
+  double loss(hp::loss_args<inline_stream> const& a) { return inner.loss(a); }
+};
+static_assert(hp::forward_stage<eval_stage, inline_stream> && !hp::pipeline_stage<eval_stage, inline_stream>);
+}  // namespace
+
+TEST_CASE("forward-only steps: losses bit-equal to a single-rank run, nothing held, no backward needed") {
+  toy::dims const d{.width = 6, .rows = 3};
+  for (int p : {1, 2, 4})
+    for (int v : {1, 2})
+      for (int m : {1, 3, 8}) {
+        if (p == 1 && v > 1) continue;
+        hp::pipeline_shape const shape{.stages = p, .microbatches = m, .chunks = v};
+        CAPTURE(shape);
+        auto const ref = toy::run_reference(d, shape.virtual_stages(), m);
+        auto const sched = hp::make_schedule<hp::forward_only>(shape);
+        auto const bytes = hp::model_bytes::uniform(shape, toy::stage_cost(d));
+        std::vector<double> losses;
+        std::vector<int> order;
+        headroom::host::launch(p, [&](thread_communicator& comm) {
+          aligned_resource resource;
+          hp::executor exec(comm, resource, sched, bytes);
+          eval_stage stage{{.d = d, .chunks = {}, .backward_order = {}}};
+          for (int c = 0; c < v; ++c) {
+            int const s = shape.virtual_stage(comm.rank(), c);
+            stage.inner.chunks.emplace(s, toy::make_params(d, s));
+          }
+          auto result = exec.step(stage, hp::retention::reduced{});
+          CHECK(exec.statistics().bytes().value == 0);
+          CHECK(exec.statistics().bytes().peak == exec.plan(hp::retention::reduced{}).rank(comm.rank()).peak);
+          if (comm.rank() == shape.rank_of(shape.virtual_stages() - 1)) {
+            losses = result.losses;
+            order = result.microbatches;
+          }
+        });
+        REQUIRE(losses.size() == ref.losses.size());
+        for (std::size_t i = 0; i < losses.size(); ++i) {
+          auto const k = static_cast<std::size_t>(order[i]);
+          CHECK(std::memcmp(&losses[i], &ref.losses[k], sizeof(double)) == 0);
+        }
+      }
 }

@@ -2,11 +2,14 @@
 #include <doctest/doctest.h>
 
 // The memory model against the executor's own counters: over schedules x p in {2, 4, 8} x
-// m in 1..32 x v in {1, 2, 4} x every retention, on thread ranks, the predicted peak and the
+// m in 1..32 x v in {1, 2, 4} x every retention (and PyTorch's output lifetime under all and
+// none, and sizes that differ per micro-batch), on thread ranks, the predicted peak and the
 // bytes held at the end equal what the executor allocated, to the byte. Buffers are small and
 // of different sizes per stage (so an input mistaken for an output shows), and the callbacks
 // check the spans they get.
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -41,24 +44,26 @@ struct probe_stage {
   }
   void expect(std::size_t got, std::size_t want) { wrong += got != want ? 1 : 0; }
   void forward(hp::forward_args<inline_stream> const& a) {
-    expect(a.input.size(), bytes->input(a.stage));
-    expect(a.output.size(), (*bytes)[a.stage].output);
-    expect(a.stash.size(), (*bytes)[a.stage].activations);
+    expect(a.input.size(), bytes->input(a.stage, a.microbatch));
+    expect(a.output.size(), bytes->at(a.stage, a.microbatch).output);
+    expect(a.stash.size(), bytes->at(a.stage, a.microbatch).activations);
     touch(a.output);
     touch(a.stash);
   }
   int loss(hp::loss_args<inline_stream> const& a) { return static_cast<int>(a.output.size()); }
   void backward(hp::backward_args<inline_stream> const& a) {
-    expect(a.grad_input.size(), bytes->input(a.stage));
-    expect(a.grad_output.size(), a.stage + 1 == bytes->size() ? 0 : (*bytes)[a.stage].output);
+    expect(a.grad_input.size(), bytes->input(a.stage, a.microbatch));
+    expect(a.grad_output.size(), a.stage + 1 == bytes->size() ? 0 : bytes->at(a.stage, a.microbatch).output);
     touch(a.grad_input);
   }
   void backward_input(hp::backward_args<inline_stream> const& a) {
     backward(a);
-    expect(a.weight_stash.size(), (*bytes)[a.stage].weight_stash);
+    expect(a.weight_stash.size(), bytes->at(a.stage, a.microbatch).weight_stash);
     touch(a.weight_stash);
   }
-  void backward_weight(hp::weight_args<inline_stream> const& a) { expect(a.weight_stash.size(), (*bytes)[a.stage].weight_stash); }
+  void backward_weight(hp::weight_args<inline_stream> const& a) {
+    expect(a.weight_stash.size(), bytes->at(a.stage, a.microbatch).weight_stash);
+  }
 };
 
 bool sampled_only() {
@@ -81,20 +86,37 @@ struct tally {
   std::string first;
 };
 
-template <class G, class R>
-void compare(thread_communicator& comm, hp::pipeline_shape const& shape, tally& t) {
+// Packed sequences: every micro-batch has its own token count, so its own sizes on every stage.
+hp::model_bytes varying_costs(hp::pipeline_shape const& shape) {
+  std::vector<std::vector<hp::stage_bytes>> sizes;
+  for (int k = 0; k < shape.microbatches; ++k) {
+    auto const tokens = static_cast<std::size_t>(1 + (k * 7) % 5);  // 1 .. 5, irregular
+    sizes.emplace_back();
+    for (int s = 0; s < shape.virtual_stages(); ++s) {
+      auto b = cost_of(s);
+      b.activations *= tokens;
+      b.output *= tokens;
+      b.weight_stash *= tokens;
+      sizes.back().push_back(b);
+    }
+  }
+  return hp::model_bytes::per_microbatch(sizes);
+}
+
+template <class G, class R, class O = hp::outputs::freed_when_sent>
+void compare(thread_communicator& comm, hp::pipeline_shape const& shape, tally& t, bool varying = false) {
   auto const sched = hp::make_schedule<G>(shape);
-  auto const bytes = costs(shape);
+  auto const bytes = varying ? varying_costs(shape) : costs(shape);
   aligned_resource resource;
   hp::executor exec(comm, resource, sched, bytes);
-  auto const predicted = exec.plan(R{}).rank(comm.rank());
+  auto const predicted = exec.plan(R{}, O{}).rank(comm.rank());
   probe_stage stage{&bytes};
-  auto result = exec.step(stage, R{});
+  auto result = exec.step(stage, R{}, O{});
   auto const measured = exec.statistics().bytes();
   bool const ok = measured.peak == predicted.peak && measured.value == predicted.held_at_end && stage.wrong == 0;
   ++t.configs;
   if (!ok && t.mismatches++ == 0)
-    t.first = std::string(G::name) + " " + std::string(R::name) + " p=" + std::to_string(shape.stages) + " m=" +
+    t.first = std::string(G::name) + " " + std::string(R::name) + " " + std::string(O::name) + " p=" + std::to_string(shape.stages) + " m=" +
               std::to_string(shape.microbatches) + " v=" + std::to_string(shape.chunks) + " rank " +
               std::to_string(comm.rank()) + ": predicted peak " + std::to_string(predicted.peak) + " held " +
               std::to_string(predicted.held_at_end) + ", measured peak " + std::to_string(measured.peak) + " held " +
@@ -112,11 +134,16 @@ tally run_grid(int p, std::vector<int> const& chunk_counts) {
     for (int v : chunk_counts)
       for (int m = 1; m <= 32; ++m) {
         if (std::is_same_v<G, hp::interleaved_1f1b> && (m < p || m % p != 0)) continue;
+        if (std::is_same_v<G, hp::interleaved_zb> && m % std::max(1, m / p) != 0) continue;
         if (sampled && m % 7 != 1 && m != 32 && m != p) continue;  // sanitizers: m in {1, 8, 15, 22, 29, p, 32}
         hp::pipeline_shape const shape{.stages = p, .microbatches = m, .chunks = v};
         compare<G, hp::retention::all>(comm, shape, t);
         compare<G, hp::retention::reduced>(comm, shape, t);
         compare<G, hp::retention::none>(comm, shape, t);
+        compare<G, hp::retention::all, hp::outputs::kept_until_backward>(comm, shape, t);
+        compare<G, hp::retention::none, hp::outputs::kept_until_backward>(comm, shape, t);
+        compare<G, hp::retention::all>(comm, shape, t, true);  // sizes per micro-batch
+        compare<G, hp::retention::none, hp::outputs::kept_until_backward>(comm, shape, t, true);
       }
   });
   tally total;
@@ -146,6 +173,8 @@ TEST_CASE("model == measured: gpipe") { check_grid<hp::gpipe>({1, 2, 4}); }
 TEST_CASE("model == measured: 1f1b") { check_grid<hp::one_f_one_b>({1}); }
 TEST_CASE("model == measured: interleaved_1f1b") { check_grid<hp::interleaved_1f1b>({1, 2, 4}); }
 TEST_CASE("model == measured: zb_h1") { check_grid<hp::zb_h1>({1}); }
+TEST_CASE("model == measured: forward_only") { check_grid<hp::forward_only>({1, 2, 4}); }
+TEST_CASE("model == measured: interleaved_zb") { check_grid<hp::interleaved_zb>({1, 2, 4}); }
 
 TEST_CASE("the model on 1F1B, p = 2, m = 2, by hand") {
   // activations 100, hidden output 10, logits 1000 on the last stage, parameters 7 and 9.
@@ -170,4 +199,98 @@ TEST_CASE("the model on 1F1B, p = 2, m = 2, by hand") {
   CHECK(os.str() == "memory plan 1f1b (p=2 m=2 v=1, retention all)\n"
                     "  rank 0: peak 210 B at action 2, held at end 0 B, parameters 7 B, total 217 B\n"
                     "  rank 1: peak 2.07 KiB at action 6, held at end 1.95 KiB, parameters 9 B, total 2.08 KiB\n");
+}
+
+namespace {
+// PyTorch's own per-rank orders, as torch.distributed.pipelining writes them: Schedule1F1B runs
+// min(m, p - r) forwards, then a backward and a forward at a time, then the backwards left;
+// ScheduleGPipe all forwards, then all backwards in micro-batch order.
+std::vector<std::vector<hp::action>> torch_1f1b(hp::pipeline_shape const& shape) {
+  std::vector<std::vector<hp::action>> order(static_cast<std::size_t>(shape.stages));
+  int const m = shape.microbatches;
+  for (int r = 0; r < shape.stages; ++r) {
+    auto& o = order[static_cast<std::size_t>(r)];
+    int const warmup = std::min(m, shape.stages - r);
+    int f = 0, b = 0;
+    while (f < warmup) o.push_back({hp::action_kind::forward, f++, r, -1});
+    while (b < m) {
+      o.push_back({hp::action_kind::backward, b++, r, -1});
+      if (f < m) o.push_back({hp::action_kind::forward, f++, r, -1});
+    }
+  }
+  return order;
+}
+std::vector<std::vector<hp::action>> torch_gpipe(hp::pipeline_shape const& shape) {
+  std::vector<std::vector<hp::action>> order(static_cast<std::size_t>(shape.stages));
+  for (int r = 0; r < shape.stages; ++r) {
+    for (int k = 0; k < shape.microbatches; ++k) order[static_cast<std::size_t>(r)].push_back({hp::action_kind::forward, k, r, -1});
+    for (int k = 0; k < shape.microbatches; ++k) order[static_cast<std::size_t>(r)].push_back({hp::action_kind::backward, k, r, -1});
+  }
+  return order;
+}
+int in_flight(hp::schedule const& s, int rank) {
+  int live = 0, most = 0;
+  for (auto const& a : s.actions(rank)) {
+    if (a.kind == hp::action_kind::forward) most = std::max(most, ++live);
+    if (a.kind == hp::action_kind::backward) --live;
+  }
+  return most;
+}
+}  // namespace
+
+TEST_CASE("PyTorch's PipelineStage keeps every output until its backward: in-flight x output more, measured") {
+  constexpr std::size_t output = 10;
+  for (int p : {2, 4})
+    for (int m : {1, 3, 4, 8}) {
+      hp::pipeline_shape const shape{.stages = p, .microbatches = m};
+      CAPTURE(shape);
+      auto const one_f = hp::place_transfers("torch 1f1b", shape, torch_1f1b(shape));
+      auto const gpipe = hp::place_transfers("torch gpipe", shape, torch_gpipe(shape));
+      // Our generators give PyTorch's orders, transfers included.
+      CHECK(one_f.ranks() == hp::make_schedule<hp::one_f_one_b>(shape).ranks());
+      CHECK(gpipe.ranks() == hp::make_schedule<hp::gpipe>(shape).ranks());
+      auto const bytes = hp::model_bytes::uniform(shape, {.activations = 100, .output = output});
+      for (auto const* s : {&one_f, &gpipe}) {
+        CAPTURE(s->name());
+        auto const megatron = hp::predict_memory(*s, bytes, hp::retention::reduced{});
+        auto const torch = hp::predict_memory(*s, bytes, hp::retention::reduced{}, hp::outputs::kept_until_backward{});
+        CHECK(torch.lifetime() == "kept_until_backward");
+        for (int r = 0; r < p; ++r) {
+          CAPTURE(r);
+          CHECK(torch.rank(r).peak - megatron.rank(r).peak == static_cast<std::int64_t>(in_flight(*s, r) * output));
+          CHECK(torch.rank(r).held_at_end == 0);
+        }
+        // ... and the executor, told to keep outputs the same way, holds exactly that.
+        std::vector<std::int64_t> measured(static_cast<std::size_t>(p));
+        headroom::host::launch(p, [&](thread_communicator& comm) {
+          aligned_resource resource;
+          hp::executor exec(comm, resource, *s, bytes);
+          probe_stage stage{&bytes};
+          static_cast<void>(exec.step(stage, hp::retention::reduced{}, hp::outputs::kept_until_backward{}));
+          measured[static_cast<std::size_t>(comm.rank())] = exec.statistics().bytes().peak;
+          CHECK(exec.statistics().bytes().value == 0);
+        });
+        for (int r = 0; r < p; ++r) CHECK(measured[static_cast<std::size_t>(r)] == torch.rank(r).peak);
+      }
+    }
+}
+
+TEST_CASE("sizes per micro-batch: the model follows each micro-batch's own sizes") {
+  // p = 2, GPipe, m = 2: micro-batch 1 is three times micro-batch 0 (packed sequences).
+  hp::model_bytes const bytes = hp::model_bytes::per_microbatch({
+      {{.activations = 100, .output = 10, .parameters = 5}, {.activations = 100, .output = 1000, .parameters = 6}},
+      {{.activations = 300, .output = 30, .parameters = 5}, {.activations = 300, .output = 3000, .parameters = 6}},
+  });
+  auto const s = hp::make_schedule<hp::gpipe>({.stages = 2, .microbatches = 2});
+  auto const plan = hp::predict_memory(s, bytes, hp::retention::none{});
+  // rank 0: F0 +110, send -10, F1 +330 (peak 430), send -30, then the backwards free it all.
+  CHECK(plan.rank(0).peak == 100 + 330);
+  CHECK(plan.rank(0).parameters == 5);
+  // rank 1: recv 10, F0 +1100 (1110), loss -1000, recv 30 (140), F1 +3300: 3440.
+  CHECK(plan.rank(1).peak == 10 + 100 + 30 + 3300);
+  auto const all = hp::predict_memory(s, bytes, hp::retention::all{});
+  CHECK(all.rank(1).held_at_end == 4000);
+  // The same model with micro-batch 0's sizes for both would predict less: the sizes are used.
+  hp::model_bytes const first({{.activations = 100, .output = 10, .parameters = 5}, {.activations = 100, .output = 1000, .parameters = 6}});
+  CHECK(hp::predict_memory(s, first, hp::retention::none{}).rank(1).peak < plan.rank(1).peak);
 }

@@ -1,5 +1,5 @@
 // Run as: mpiexec -n 4 test_pipeline_mpi_executor
-// The executor over MPI processes (host buffers, blocking MPI send/recv): every schedule's
+// The executor over MPI processes (host buffers, MPI_Irecv / MPI_Isend through headroom/mpi/pipeline.hpp): every schedule's
 // gradients and losses are bit-equal to a single-rank run of the same model (toy_model.hpp), each
 // rank checking its own chunks. Checks use CHECK, so a failing rank keeps issuing the same
 // transfers as the others instead of leaving them waiting.
@@ -15,6 +15,7 @@
 #include "headroom/lifetime/host.hpp"
 #include "headroom/mpi/communicator.hpp"
 #include "headroom/pipeline.hpp"
+#include "headroom/mpi/pipeline.hpp"
 #include "toy_model.hpp"
 
 namespace hp = headroom::pipeline;
@@ -40,8 +41,8 @@ template <class G, class R = hp::retention::reduced>
 void check_against_reference(hp::pipeline_shape const& shape) {
   CAPTURE(shape);
   toy::dims const d{.width = 7, .rows = 3};
-  auto const ref = toy::run_reference(d, shape.virtual_stages(), shape.microbatches);
   auto const sched = hp::make_schedule<G>(shape);
+  auto const ref = toy::run_reference(d, shape.virtual_stages(), shape.microbatches, toy::weight_order(sched));
   auto const bytes = hp::model_bytes::uniform(shape, toy::stage_cost(d));
   aligned_resource resource;
   hp::executor exec(world(), resource, sched, bytes);

@@ -7,8 +7,8 @@
 //     are back in the pool once the streams drain;
 //   - retention on the device: the last stage's pool high-water mark does not move with m under
 //     `none` and grows by the kept outputs under `all`;
-//   - bad input (a schedule for another group size, bad device_values use) throws before any
-//     transfer.
+//   - bad input (a schedule for another group size, ranks on different schedules, bad
+//     device_values use) throws before any transfer.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
@@ -94,13 +94,17 @@ void check_against_reference(hp::pipeline_shape const& shape, bool two_streams) 
   CAPTURE(shape);
   CAPTURE(two_streams);
   toy::dims const d{.width = 16, .rows = 8};
+  // Every stage adds its weight gradients in one micro-batch order (reversed for GPipe with
+  // v > 1): the GPU reference takes the micro-batches in that order.
+  auto const order = toy::weight_order(hp::make_schedule<G>(shape));
+  for (auto const& stage_order : order) REQUIRE(stage_order == order.front());
   device_toy::reference gpu_ref;
   {
     cu::scoped_device on(0);
     cu::stream s;
-    gpu_ref = device_toy::run_reference(d, shape.virtual_stages(), shape.microbatches, s);
+    gpu_ref = device_toy::run_reference(d, shape.virtual_stages(), shape.microbatches, s, order.front());
   }
-  auto const host_ref = toy::run_reference(d, shape.virtual_stages(), shape.microbatches);
+  auto const host_ref = toy::run_reference(d, shape.virtual_stages(), shape.microbatches, order);
   auto const got = run_pipeline<G>(shape, d, two_streams);
   REQUIRE(got.params.size() == gpu_ref.stages.size());
   for (int s = 0; s < shape.virtual_stages(); ++s) {
@@ -251,6 +255,28 @@ TEST_CASE("NCCL: a schedule for another group size is rejected on both GPUs befo
     }
   });
   CHECK(rejected == 2);
+}
+
+TEST_CASE("NCCL: ranks on different schedules raise collective_mismatch on both GPUs, no hang") {
+  require_two_gpus();
+  hp::pipeline_shape const shape{.stages = 2, .microbatches = 4};
+  auto const bytes = hp::model_bytes::uniform(shape, toy::stage_cost(toy::dims{}));
+  int mismatched = 0;
+  std::mutex mutex;
+  nc::launch_per_device(nc::first_devices(2), [&](nc::communicator& comm) {
+    cu::async_resource memory(comm.device());
+    cu::stream s;
+    // Rank 0 on 1F1B, rank 1 on GPipe: the fingerprints go through device memory and NCCL.
+    auto const sched = comm.rank() == 0 ? hp::make_schedule<hp::one_f_one_b>(shape) : hp::make_schedule<hp::gpipe>(shape);
+    try {
+      hp::cuda::nccl_executor<> exec(comm, memory, sched, bytes, s, s);
+    } catch (headroom::collective_mismatch const& e) {
+      std::lock_guard lock(mutex);
+      CHECK(std::string(e.what()).find("rank 1 differs from rank 0 in the action lists") != std::string::npos);
+      ++mismatched;
+    }
+  });
+  CHECK(mismatched == 2);
 }
 
 TEST_CASE("device_values: bad counts, slots, host spans and streams are rejected") {

@@ -29,9 +29,13 @@ std::vector<schedule> every_kind() {
       out.push_back(make_schedule<gpipe>({.stages = p, .microbatches = m}));
       out.push_back(make_schedule<one_f_one_b>({.stages = p, .microbatches = m}));
       out.push_back(make_schedule<zb_h1>({.stages = p, .microbatches = m}));
+      out.push_back(make_schedule<interleaved_zb>({.stages = p, .microbatches = m}));
+      out.push_back(make_schedule<forward_only>({.stages = p, .microbatches = m}));
       if (p >= 2 && m % p == 0) {
         out.push_back(make_schedule<interleaved_1f1b>({.stages = p, .microbatches = m, .chunks = 2}));
         out.push_back(make_schedule<gpipe>({.stages = p, .microbatches = m, .chunks = 3}));
+        out.push_back(make_schedule<interleaved_zb>({.stages = p, .microbatches = m, .chunks = 2}));
+        out.push_back(make_schedule<forward_only>({.stages = p, .microbatches = m, .chunks = 2}));
       }
     }
   return out;
@@ -62,6 +66,19 @@ TEST_CASE("export then import gives the same schedule, with and without transfer
   }
 }
 
+TEST_CASE("rows without a gradient action import as a forward-only schedule") {
+  auto const s = make_schedule<forward_only>({.stages = 2, .microbatches = 3});
+  auto const back = pytorch::from_csv("0F0,0F1,0F2\r\n1F0,1F1,1F2\r\n", "forward_only");
+  CHECK(back.forward_only());
+  CHECK(back == s);
+  CHECK(pytorch::export_actions(s)[1] ==
+        std::vector<std::string>{"1RECV_F0", "1F0", "1RECV_F1", "1F1", "1RECV_F2", "1F2"});
+  auto const gp = make_schedule<gpipe>({.stages = 2, .microbatches = 3});
+  auto const training = pytorch::import_actions(pytorch::export_actions(gp), "gpipe");
+  CHECK(training == gp);
+  CHECK_FALSE(training.forward_only());
+}
+
 TEST_CASE("import skips bubbles, waits and FSDP actions and expands OVERLAP_F_B") {
   auto const s = make_schedule<one_f_one_b>({.stages = 2, .microbatches = 2});
   std::vector<std::vector<std::string>> rows{{"0UNSHARD", "0F0", "", "0F1", "0B0", "0B1", "0REDUCE_GRAD"},
@@ -81,6 +98,11 @@ TEST_CASE("bad rows throw naming the rank, column and text") {
   CHECK(bad({{"(0F0;0B0)FOO"}}).find("groups actions under 'FOO'") != std::string::npos);
   CHECK(bad({{"0F0", "0B0"}, {"2F0"}}).find("stages 0..2 over 2 ranks") != std::string::npos);
   CHECK(bad({}).find("no rows") != std::string::npos);
+  CHECK(bad({{"1F0"}, {"0F0"}}).find("rank 0 action 1F0 is on stage 1, which lives on rank 1") != std::string::npos);
+  CHECK(bad({{"0F0", "0SEND_F0"}, {"1RECV_F0"}}).find("rank 1") != std::string::npos);  // forward-only, 1F0 missing
+  CHECK(error_of<invalid_argument>([] {
+          (void)pytorch::import_actions({{"0F0", "0F5"}}, "x", pipeline_shape{.stages = 1, .microbatches = 2});
+        }).find("rank 0 action 0F5 names micro-batch 5; expected one below m = 2") != std::string::npos);
   CHECK(bad({{"0F0"}, {"1F0", "1B0"}}).find("backward") != std::string::npos);     // rank 0 misses B0
   CHECK(bad({{"1F0", "1B0"}, {"0F0", "0B0"}}).find("rank") != std::string::npos);  // stages on the wrong ranks
   CHECK(bad({{"0F0", "0SEND_F0", "0RECV_B0", "0B0"}, {"1RECV_F0", "1F0", "1B0"}}).find("rank 1") != std::string::npos);

@@ -3,6 +3,7 @@
 
 // Output retention on the last stage: what is returned, and what is *held*. The caller's own
 // resource is a stats::statistics_resource, so the bytes are counted outside the executor too.
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <map>
@@ -176,6 +177,39 @@ TEST_CASE("kept outputs stay valid when the executor is moved") {
     CHECK(moved.statistics().bytes().value == (comm.rank() == 1 ? 3 * 32 : 0));
     result.outputs.clear();  // released through the moved executor's counters
     CHECK(moved.statistics().bytes().value == 0);
+    CHECK(resource.bytes().value == 0);
+  });
+}
+
+TEST_CASE("kept outputs outlive a temporary executor: the result owns what it holds") {
+  hp::pipeline_shape const shape{.stages = 2, .microbatches = 3};
+  hp::model_bytes const bytes(std::vector<hp::stage_bytes>(2, {.activations = 16, .output = 32}));
+  auto const sched = hp::make_schedule<hp::one_f_one_b>(shape);
+  headroom::host::launch(2, [&](thread_communicator& comm) {
+    counted resource;
+    tagging_stage stage;
+    // The executor is a temporary: it is destroyed at the end of this full expression.
+    auto result = hp::executor(comm, resource, sched, bytes).step(stage, hp::retention::all{});
+    bool const last = comm.rank() == 1;
+    REQUIRE(result.outputs.size() == (last ? 3U : 0U));
+    CHECK(resource.bytes().value == (last ? 3 * 32 : 0));
+    for (std::size_t i = 0; i < result.outputs.size(); ++i) {  // still readable (ASan checks the accesses)
+      auto const* data = static_cast<unsigned char const*>(result.outputs[i].data());
+      CHECK(std::all_of(data, data + 32, [&](unsigned char c) { return c == i + 1; }));
+      CHECK(result.outputs[i].resource() != nullptr);
+      CHECK(result.outputs[i].resource()->bytes().value == static_cast<std::int64_t>(3 * 32));  // the executor's counters live on
+    }
+    // The outputs may leave the result too: each one holds its share of the counting resource.
+    auto outputs = std::move(result.outputs);
+    result = {};
+    if (last) {
+      outputs[0] = std::move(outputs[2]);  // output 0 is given back before its share is dropped
+      CHECK(resource.bytes().value == 2 * 32);
+      CHECK(static_cast<unsigned char const*>(outputs[0].data())[0] == 3);
+      outputs[1].release();
+      CHECK(resource.bytes().value == 32);
+    }
+    outputs.clear();
     CHECK(resource.bytes().value == 0);
   });
 }

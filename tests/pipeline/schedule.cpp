@@ -40,6 +40,7 @@ void check_grid(std::vector<int> const& chunk_counts) {
         hp::pipeline_shape const shape{.stages = p, .microbatches = m, .chunks = v};
         if (p == 1 && v > 1) continue;
         if (std::is_same_v<G, hp::interleaved_1f1b> && (m < p || m % p != 0)) continue;
+        if (std::is_same_v<G, hp::interleaved_zb> && m % std::max(1, m / p) != 0) continue;
         CAPTURE(shape);
         auto const s = hp::make_schedule<G>(shape);
         CHECK(hp::find_problem(s) == "");
@@ -55,6 +56,8 @@ TEST_CASE("every generator validates over p x m x v, deterministically") {
   check_grid<hp::one_f_one_b>({1});
   check_grid<hp::interleaved_1f1b>({1, 2, 4});
   check_grid<hp::zb_h1>({1});
+  check_grid<hp::forward_only>({1, 2, 4});
+  check_grid<hp::interleaved_zb>({1, 2, 4});
 }
 
 TEST_CASE("micro-batches in flight follow the published formulas") {
@@ -135,4 +138,168 @@ TEST_CASE("place_transfers: generated compute orders give back the generated sch
   CHECK(hp::timeline(reversed) == "rank 0 | F0 F1 F2 F3 .  .  .  .  B3 B2 B1 B0\n"
                                   "rank 1 | .  F0 F1 F2 F3 .  .  B3 B2 B1 B0 . \n"
                                   "rank 2 | .  .  F0 F1 F2 F3 B3 B2 B1 B0 .  . \n");
+}
+
+namespace {
+
+std::vector<action> computations(hp::schedule const& s, int rank) {
+  std::vector<action> out;
+  for (action const& a : s.actions(rank))
+    if (hp::is_compute(a.kind)) out.push_back(a);
+  return out;
+}
+
+// Megatron-Core's interleaved order, built the way its get_schedule_table / get_model_chunk_id
+// build it (a lookup table of (micro-batch, chunk) per virtual micro-batch, the last group
+// holding what is left), then laid out as warm-up, 1F1B and cool-down.
+std::vector<action> megatron_interleaved(hp::pipeline_shape const& shape, int rank) {
+  int const m = shape.microbatches, v = shape.chunks, g = shape.group_size(), p = shape.stages;
+  std::vector<std::pair<int, int>> table;  // (micro-batch, chunk)
+  for (int first = 0; first < m; first += g) {
+    int const end = first + g >= m ? m : first + g;
+    for (int c = 0; c < v; ++c)
+      for (int k = first; k < end; ++k) table.emplace_back(k, c);
+  }
+  int const total = m * v;
+  int const warmup = std::min(2 * (p - rank - 1) + (v - 1) * g, total);
+  std::vector<action> out;
+  auto const fwd = [&](int i) { out.push_back({action_kind::forward, table[static_cast<std::size_t>(i)].first, table[static_cast<std::size_t>(i)].second * p + rank, -1}); };
+  auto const bwd = [&](int i) { out.push_back({action_kind::backward, table[static_cast<std::size_t>(i)].first, (v - 1 - table[static_cast<std::size_t>(i)].second) * p + rank, -1}); };
+  for (int i = 0; i < warmup; ++i) fwd(i);
+  for (int i = 0; i < total - warmup; ++i) {
+    fwd(warmup + i);
+    bwd(i);
+  }
+  for (int i = total - warmup; i < total; ++i) bwd(i);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("interleaved 1F1B equals Megatron's order, tail groups included") {
+  std::vector<hp::pipeline_shape> const shapes{
+      {.stages = 4, .microbatches = 14, .chunks = 2, .group = 5},  // groups 5, 5, 4: Megatron accepts it
+      {.stages = 4, .microbatches = 14, .chunks = 3, .group = 5},
+      {.stages = 2, .microbatches = 7, .chunks = 2, .group = 5},   // 5, 2
+      {.stages = 4, .microbatches = 8, .chunks = 2},               // g = p, no tail
+      {.stages = 3, .microbatches = 11, .chunks = 2, .group = 4},  // 4, 7
+      {.stages = 4, .microbatches = 12, .chunks = 2, .group = 8},  // 8, 4
+  };
+  for (auto const& shape : shapes) {
+    CAPTURE(shape);
+    auto const s = hp::make_schedule<hp::interleaved_1f1b>(shape);
+    CHECK(hp::find_problem(s).empty());
+    for (int r = 0; r < shape.stages; ++r) {
+      CAPTURE(r);
+      CHECK(computations(s, r) == megatron_interleaved(shape, r));
+      CHECK(max_in_flight(s, r) == std::min(2 * (shape.stages - r - 1) + (shape.chunks - 1) * shape.group_size() + 1,
+                                            shape.microbatches * shape.chunks));
+    }
+  }
+}
+
+TEST_CASE("GPipe with v > 1 is PyTorch's ScheduleLoopedBFS: backwards from the last chunk and micro-batch") {
+  for (int v : {2, 3}) {
+    hp::pipeline_shape const shape{.stages = 3, .microbatches = 4, .chunks = v};
+    CAPTURE(shape);
+    auto const s = hp::make_schedule<hp::gpipe>(shape);
+    for (int r = 0; r < shape.stages; ++r) {
+      std::vector<action> want;
+      for (int c = 0; c < v; ++c)
+        for (int k = 0; k < 4; ++k) want.push_back({action_kind::forward, k, c * 3 + r, -1});
+      for (int c = v - 1; c >= 0; --c)
+        for (int k = 3; k >= 0; --k) want.push_back({action_kind::backward, k, c * 3 + r, -1});
+      CHECK(computations(s, r) == want);
+    }
+  }
+  // v = 1 stays PyTorch's ScheduleGPipe: backwards in micro-batch order.
+  auto const plain = hp::make_schedule<hp::gpipe>({.stages = 2, .microbatches = 3});
+  CHECK(hp::timeline(plain) == "rank 0 | F0 F1 F2 .  .  B0 B1 B2\n"
+                               "rank 1 | .  F0 F1 F2 B0 B1 B2 . \n");
+}
+
+TEST_CASE("ZB-H1 holds up to r + 1 weight gradients pending on rank r") {
+  for (int p : {2, 4, 8})
+    for (int m : {1, 3, 8, 16}) {
+      CAPTURE(p);
+      CAPTURE(m);
+      auto const s = hp::make_schedule<hp::zb_h1>({.stages = p, .microbatches = m});
+      for (int r = 0; r < p; ++r) {
+        int pending = 0, most = 0;
+        for (action const& a : s.actions(r)) {
+          if (a.kind == action_kind::backward_input) most = std::max(most, ++pending);
+          if (a.kind == action_kind::backward_weight) --pending;
+        }
+        CHECK(most == std::min(r + 1, m));
+      }
+    }
+}
+
+TEST_CASE("forward-only schedules: forwards in the interleaved order, transfers placed, nothing else") {
+  for (int p : {1, 2, 4})
+    for (int v : {1, 2, 3})
+      for (int m : {1, 3, 8, 14})
+        for (int g : {0, 5}) {
+          if (p == 1 && v > 1) continue;
+          hp::pipeline_shape const shape{.stages = p, .microbatches = m, .chunks = v, .group = g};
+          CAPTURE(shape);
+          auto const s = hp::make_schedule<hp::forward_only>(shape);
+          CHECK(s.forward_only());
+          CHECK(hp::find_problem(s).empty());
+          for (int r = 0; r < p; ++r) {
+            std::vector<action> want;
+            for (int i = 0; i < m * v; ++i) {
+              auto const slot = hp::interleaved_1f1b::nth(shape, i, true);
+              want.push_back({action_kind::forward, slot.microbatch, shape.virtual_stage(r, slot.chunk), -1});
+            }
+            CHECK(computations(s, r) == want);
+            for (action const& a : s.actions(r))
+              CHECK((a.kind == action_kind::forward || a.kind == action_kind::send_forward || a.kind == action_kind::recv_forward));
+          }
+          if (v == 1) {  // plain micro-batch order
+            auto const c = computations(s, 0);
+            for (int k = 0; k < m; ++k) CHECK(c[static_cast<std::size_t>(k)].microbatch == k);
+          }
+        }
+  // A training generator's schedule is not forward-only, and prints so.
+  CHECK_FALSE(hp::make_schedule<hp::gpipe>({.stages = 2, .microbatches = 2}).forward_only());
+  std::ostringstream os;
+  os << hp::make_schedule<hp::forward_only>({.stages = 2, .microbatches = 1});
+  CHECK(os.str() == "schedule forward_only (p=2 m=1 v=1, forward only)\n"
+                    "  rank 0: F0@s0 | send_forward F0@s0 -> rank 1\n"
+                    "  rank 1: recv_forward F0@s1 <- rank 0 | F0@s1\n");
+}
+
+TEST_CASE("interleaved zero bubble: zb_h1 when v = 1; W at most r + 1 behind on rank r; v chunks in rounds") {
+  for (int p : {2, 3, 4, 8})
+    for (int m : {1, 2, 5, 8, 16}) {
+      if (m % std::max(1, m / p) != 0) continue;
+      hp::pipeline_shape const shape{.stages = p, .microbatches = m};
+      CAPTURE(shape);
+      CHECK(hp::make_schedule<hp::interleaved_zb>(shape).ranks() == hp::make_schedule<hp::zb_h1>(shape).ranks());
+    }
+  for (int p : {2, 4})
+    for (int v : {2, 3})
+      for (int m : {p, 2 * p, 3 * p}) {
+        hp::pipeline_shape const shape{.stages = p, .microbatches = m, .chunks = v};
+        CAPTURE(shape);
+        auto const s = hp::make_schedule<hp::interleaved_zb>(shape);
+        CHECK(s.splits_backward());
+        for (int r = 0; r < p; ++r) {
+          int pending = 0, most = 0, in_flight = 0, most_in_flight = 0;
+          for (action const& a : s.actions(r)) {
+            if (a.kind == action_kind::forward) most_in_flight = std::max(most_in_flight, ++in_flight);
+            if (a.kind == action_kind::backward_input) {
+              --in_flight;
+              most = std::max(most, ++pending);
+            }
+            if (a.kind == action_kind::backward_weight) --pending;
+          }
+          CHECK(most == std::min(r + 1, m * v));
+          // PyTorch's warm-up: (v - 1) per round + p - 1 - r forwards, one more before the first I.
+          CHECK(most_in_flight == std::min((v - 1) * m / std::max(1, m / p) + p - r, m * v));
+        }
+      }
+  CHECK_THROWS_WITH_AS(static_cast<void>(hp::make_schedule<hp::interleaved_zb>({.stages = 4, .microbatches = 9, .chunks = 2})),
+                       doctest::Contains("microbatches (m) = 9 is not a multiple of its 2 rounds"), headroom::invalid_argument);
 }

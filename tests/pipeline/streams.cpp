@@ -77,7 +77,7 @@ void check_two_streams(hp::pipeline_shape const& shape) {
   toy::dims const d{.width = 5, .rows = 2};
   auto const sched = hp::make_schedule<G>(shape);
   auto const bytes = hp::model_bytes::uniform(shape, toy::stage_cost(d));
-  auto const ref = toy::run_reference(d, shape.virtual_stages(), shape.microbatches);
+  auto const ref = toy::run_reference(d, shape.virtual_stages(), shape.microbatches, toy::weight_order(sched));
   std::map<int, toy::params> got;
   std::vector<double> losses;
   std::mutex mutex;

@@ -154,26 +154,50 @@ struct stage {
   }
 };
 
-/// The whole model on one rank, micro-batch after micro-batch: the reference.
+/// The micro-batch order in which each virtual stage of `s` takes its weight gradients (its
+/// backward, or backward_weight, actions in list order).
+inline std::vector<std::vector<int>> weight_order(headroom::pipeline::schedule const& s) {
+  using headroom::pipeline::action_kind;
+  std::vector<std::vector<int>> order(static_cast<std::size_t>(s.shape().virtual_stages()));
+  for (auto const& list : s.ranks())
+    for (auto const& a : list)
+      if (a.kind == action_kind::backward || a.kind == action_kind::backward_weight)
+        order[static_cast<std::size_t>(a.stage)].push_back(a.microbatch);
+  return order;
+}
+
+/// The whole model on one rank, micro-batch after micro-batch: the reference. Stage s adds its
+/// micro-batches' weight gradients in the order `order[s]` (micro-batch order when absent), as
+/// a pipeline that runs backwards in another order does (PyTorch's ScheduleLoopedBFS).
 struct reference {
   std::vector<params> stages;
   std::vector<double> losses;
 };
-inline reference run_reference(dims d, int virtual_stages, int microbatches) {
+inline reference run_reference(dims d, int virtual_stages, int microbatches, std::vector<std::vector<int>> const& order = {}) {
+  auto const vs = static_cast<std::size_t>(virtual_stages);
+  auto const m = static_cast<std::size_t>(microbatches);
   reference ref;
   for (int s = 0; s < virtual_stages; ++s) ref.stages.push_back(make_params(d, s));
-  for (int k = 0; k < microbatches; ++k) {
-    std::vector<std::vector<float>> xs(static_cast<std::size_t>(virtual_stages) + 1, std::vector<float>(d.floats()));
-    data(d, k, xs[0]);
-    for (std::size_t s = 0; s < static_cast<std::size_t>(virtual_stages); ++s) forward(d, ref.stages[s], xs[s], xs[s + 1]);
+  // x and dz of every (stage, micro-batch): the weight gradients' inputs.
+  std::vector<std::vector<float>> xs_of(vs * m), dz_of(vs * m);
+  for (std::size_t k = 0; k < m; ++k) {
+    std::vector<std::vector<float>> xs(vs + 1, std::vector<float>(d.floats()));
+    data(d, static_cast<int>(k), xs[0]);
+    for (std::size_t s = 0; s < vs; ++s) forward(d, ref.stages[s], xs[s], xs[s + 1]);
     std::vector<float> dy(d.floats()), dz(d.floats()), dx(d.floats());
-    ref.losses.push_back(loss(d, k, xs.back(), dy));
-    for (std::size_t s = static_cast<std::size_t>(virtual_stages); s-- > 0;) {
+    ref.losses.push_back(loss(d, static_cast<int>(k), xs.back(), dy));
+    for (std::size_t s = vs; s-- > 0;) {
       input_grad(d, ref.stages[s], xs[s + 1], dy, dz, s > 0 ? std::span<float>(dx) : std::span<float>());
-      weight_grad(d, ref.stages[s], xs[s], dz);
+      xs_of[s * m + k] = xs[s];
+      dz_of[s * m + k] = dz;
       dy = dx;
     }
   }
+  for (std::size_t s = 0; s < vs; ++s)
+    for (std::size_t i = 0; i < m; ++i) {
+      std::size_t const k = s < order.size() && !order[s].empty() ? static_cast<std::size_t>(order[s][i]) : i;
+      weight_grad(d, ref.stages[s], xs_of[s * m + k], dz_of[s * m + k]);
+    }
   return ref;
 }
 

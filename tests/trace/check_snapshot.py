@@ -9,7 +9,9 @@ For every *.pickle found:
     snapshots written by torch itself with Python's default protocol);
   * structure: `segments` and `device_traces` as annotate_snapshot, process_alloc_data and
     MemoryView need them (keys, types, block sizes summing to the segment size, frames with
-    filename/line/name, an "unknown" category when categories are used);
+    filename/line/name, an "unknown" category when categories are used); for headroom's files
+    also allocator_settings (trace_alloc_max_entries, trace_alloc_overflowed as PyTorch writes
+    them) and time_us as Unix-epoch microseconds;
   * replays: the Active Memory Timeline pairing (an address freed before it is allocated
     again) and the Allocator State History's backward simulation (every block inside a
     segment at every event, a free_requested only on a live block).
@@ -86,6 +88,20 @@ def check_structure(snap):
     if categories:
         # annotate_snapshot: `snapshot.categores.push('unknown')` throws unless one is present.
         expect("unknown" in categories, f"categories {sorted(categories)} lack 'unknown'")
+    settings = snap.get("allocator_settings", {})
+    expect(isinstance(settings, dict), "allocator_settings is not a dict")
+    if "headroom" in snap:
+        # headroom's files: PyTorch's ring fields, and time_us as Unix-epoch microseconds.
+        dropped = snap["headroom"].get("dropped_events", 0)
+        expect(isinstance(settings.get("trace_alloc_max_entries"), int), "allocator_settings lacks trace_alloc_max_entries")
+        expect(settings.get("trace_alloc_overflowed") is (dropped > 0),
+               f"allocator_settings.trace_alloc_overflowed is {settings.get('trace_alloc_overflowed')!r} "
+               f"with {dropped} dropped events")
+        for d, trace in enumerate(traces):
+            for i, e in enumerate(trace):
+                t = e.get("time_us")
+                expect(isinstance(t, int) and 1_577_836_800_000_000 < t < 4_102_444_800_000_000,
+                       f"device_traces[{d}][{i}]: time_us {t!r} is not Unix-epoch microseconds (2020..2100)")
     for s, seg in enumerate(segments):
         where = f"segments[{s}]"
         for k in ("device", "address", "total_size", "stream"):

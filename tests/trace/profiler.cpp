@@ -1,10 +1,19 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "headroom/host.hpp"
 #include "headroom/trace.hpp"
@@ -68,7 +77,9 @@ TEST_CASE("the default steps 0 and 1 are written; blocks live at step start appe
     if (out) {
       CHECK(out->pickle.filename() == "step_" + std::to_string(step) + ".dp0.pp0.tp0.cp0.pickle");
       CHECK(out->active_bytes == 4096);  // `kept`, allocated before step 0, is in the picture
-      CHECK(out->events == 4);           // alloc, free (each with its own segment event)
+      // `kept`: a synthetic alloc (+ its segment); x: segment_alloc, alloc, free_requested,
+      // free_completed, segment_free.
+      CHECK(out->events == 7);
     }
   }
   std::size_t files = 0;
@@ -143,6 +154,69 @@ TEST_CASE("a directory that becomes unwritable fails end_step loudly, leaving no
   CHECK_FALSE(prof.profiling());
   prof.begin_step(1);  // the profiler is usable again
   CHECK_FALSE(prof.end_step(1).has_value());
+}
+
+TEST_CASE("a write that fails half-way leaves no partial file and a usable profiler") {
+  temp_dir dir;
+  auto c = enabled(dir.path);
+  c.steps = {0};
+  c.write_svg = false;
+  // In a child process: a file size limit of 1 KiB (SIGXFSZ ignored, so write() fails with EFBIG).
+  pid_t const child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    std::signal(SIGXFSZ, SIG_IGN);
+    rlimit const limit{1024, 1024};
+    setrlimit(RLIMIT_FSIZE, &limit);
+    int code = 0;
+    try {
+      tr::profiler prof(c);
+      tr::recording_resource r(aligned_resource{}, prof.recorder(), tr::categories::activation);
+      prof.begin_step(0);
+      for (int i = 0; i < 200; ++i) r.deallocate(hs, r.allocate(hs, 64), 64);
+      (void)prof.end_step(0);
+      code = 2;  // the write should have failed
+    } catch (invalid_argument const& e) {
+      code = std::string_view(e.what()).find("failed") != std::string_view::npos ? 0 : 3;
+    } catch (...) {
+      code = 4;
+    }
+    std::_Exit(code);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  for (auto const& e : fs::directory_iterator(dir.path)) {
+    CHECK_MESSAGE(e.path().extension() != ".partial", e.path().string());
+    CHECK_MESSAGE(e.path().extension() != ".pickle", e.path().string());
+  }
+}
+
+TEST_CASE("a step number that comes round again gets a file of its own") {
+  temp_dir dir;
+  auto c = enabled(dir.path);
+  c.steps = {1};
+  c.coordinates = {{"dp", 0}, {"pp", 1}};
+  tr::profiler prof(c);
+  std::vector<fs::path> written;
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    for (std::int64_t step = 0; step < 2; ++step) {
+      prof.begin_step(step);
+      if (auto out = prof.end_step(step)) {
+        written.push_back(out->pickle);
+        CHECK(out->occurrence == epoch + 1);
+      }
+    }
+  }
+  REQUIRE(written.size() == 3);
+  CHECK(written[0].filename() == "step_1.dp0.pp1.pickle");
+  CHECK(written[1].filename() == "step_1-2.dp0.pp1.pickle");
+  CHECK(written[2].filename() == "step_1-3.dp0.pp1.pickle");
+  for (auto const& p : written) CHECK(fs::exists(p));
+  std::ifstream svg(dir.path / "step_1-2.dp0.pp1.svg");
+  std::string const text((std::istreambuf_iterator<char>(svg)), std::istreambuf_iterator<char>());
+  CHECK(text.find("step 1 (2), dp0 pp1") != std::string::npos);  // the rank's coordinates in the title
 }
 
 TEST_CASE("steps must be begun before they end, one at a time, never negative") {

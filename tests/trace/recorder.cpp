@@ -1,9 +1,12 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <random>
+#include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
@@ -99,7 +102,7 @@ TEST_CASE("recorder: events only while recording, live blocks always") {
   CHECK(rec.events()[1].what == tr::categories::activation);
   CHECK(rec.events()[1].stream == 7);
   CHECK(rec.events()[2].kind == tr::action::segment_alloc);
-  CHECK(rec.events()[0].time_ns <= rec.events()[2].time_ns);
+  CHECK(rec.events()[0].time <= rec.events()[2].time);
   CHECK(rec.live().find(0x1000, false) == nullptr);
   CHECK(rec.live().find(0x2000, true) != nullptr);
   CHECK(rec.live().find(0x3000, false) != nullptr);
@@ -116,14 +119,15 @@ TEST_CASE("recording_resource records blocks with the caller's line, or segments
   void* p = blocks.allocate(hs, 1000, 64);
   CHECK(reinterpret_cast<std::uintptr_t>(p) % 64 == 0);
   blocks.deallocate(hs, p, 1000, 64);
-  REQUIRE(rec.events().size() == 2);
-  auto const& a = rec.events()[0];
+  auto const events = rec.events();
+  REQUIRE(events.size() == 2);
+  auto const& a = events[0];
   CHECK(a.kind == tr::action::alloc);
   CHECK(a.addr == reinterpret_cast<std::uintptr_t>(p));
   CHECK(a.size == 1000);
   CHECK(a.stream == 0);
-  CHECK(a.where.line == static_cast<std::uint32_t>(line));
-  CHECK(std::string_view(a.where.filename).ends_with("recorder.cpp"));
+  CHECK(a.line == static_cast<std::uint32_t>(line));
+  CHECK(std::string_view(a.filename).ends_with("recorder.cpp"));
   CHECK(rec.events()[1].kind == tr::action::free_completed);
 
   tr::recording_resource<aligned_resource, tr::recorder<>, tr::segment_events> segments(aligned_resource{}, rec);
@@ -164,16 +168,78 @@ TEST_CASE("shared policy: threads record concurrently without losing events") {
     });
   }
   for (auto& t : pool) t.join();
-  CHECK(rec.events().size() == 2u * threads * per_thread);
+  auto const events = rec.events();  // per-thread buffers, merged in time order
+  CHECK(events.size() == 2u * threads * per_thread);
   CHECK(rec.dropped() == 0);
   CHECK(rec.live().size() == 0);
+  CHECK(std::ranges::is_sorted(events, {}, &tr::event::time));
   // Per address, events alternate alloc / free.
   std::map<std::uint64_t, bool> live;
-  rec.events().for_each([&](tr::event const& e) {
+  for (auto const& e : events) {
     bool const is_alloc = e.kind == tr::action::alloc;
     CHECK(live[e.addr] != is_alloc);
     live[e.addr] = is_alloc;
+  }
+}
+
+TEST_CASE("shared policy: a thread's full buffer cuts the merged trace to the window every thread covers") {
+  tr::recorder<tr::shared> rec({.max_entries = 8});
+  rec.start();
+  std::thread busy([&] {
+    for (int i = 0; i < 20; ++i) rec.alloc(at(0x10000 + 16 * static_cast<std::uintptr_t>(i)), 16, 0);
   });
+  busy.join();
+  rec.alloc(at(0x1000), 64, 0);  // this thread: one event, after all of the other's
+  auto const h = rec.history();
+  REQUIRE(h.events.size() == 8);  // the newest 8 of 21
+  CHECK(h.dropped == 13);
+  CHECK(h.events.back().addr == 0x1000);
+  CHECK(h.events.front().addr == 0x10000 + 16 * 13);
+}
+
+TEST_CASE("frees carry the frame and category of their block's allocation; deferred frees are flagged") {
+  tr::recorder<> rec;
+  rec.start();
+  auto const where = tr::frame::current();
+  rec.alloc(at(0x1000), 64, 0, tr::categories::activation, where);
+  rec.alloc(at(0x2000), 64, 0, tr::categories::communication, where);
+  rec.free_completed(at(0x1000), 64, 0);
+  rec.free_requested(at(0x2000), 64, 0);
+  rec.free_completed(at(0x2000), 64, 0);
+  auto const events = rec.events();
+  REQUIRE(events.size() == 5);
+  for (std::size_t i = 2; i < 5; ++i) {
+    CHECK(events[i].line == where.line);
+    CHECK(std::string_view(events[i].function) == where.function);
+  }
+  CHECK(events[2].what == tr::categories::activation);
+  CHECK(events[2].flags == 0);
+  CHECK(events[4].what == tr::categories::communication);
+  CHECK(events[4].flags == tr::event::deferred);
+}
+
+TEST_CASE("a full live table flags the allocations it leaves out") {
+  tr::recorder<> rec({.max_live = 1});
+  rec.start();
+  rec.alloc(at(0x1000), 64, 0);
+  rec.alloc(at(0x2000), 64, 0);
+  auto const events = rec.events();
+  CHECK(events[0].flags == 0);
+  CHECK(events[1].flags == tr::event::untracked);
+  CHECK(rec.live().untracked() == 1);
+}
+
+TEST_CASE("ticks are monotonic and convert to Unix-epoch time") {
+  auto const before = std::chrono::system_clock::now();
+  auto const t0 = tr::ticks();
+  auto const t1 = tr::ticks();
+  CHECK(t1 >= t0);
+  auto const base = tr::time_base::now();
+  auto const epoch = std::chrono::system_clock::time_point(std::chrono::nanoseconds(base.epoch_ns(t1)));
+  // The conversion's error is the rate's over the time since the origin: far below a second.
+  CHECK(epoch > before - std::chrono::seconds(1));
+  CHECK(epoch < std::chrono::system_clock::now() + std::chrono::seconds(1));
+  MESSAGE("tick source: " << std::string(tr::tick_source()) << ", " << base.ns_per_tick() << " ns per tick");
 }
 
 TEST_CASE("hooks: a scoped workspace and a deferred release") {

@@ -5,6 +5,7 @@
 // wrapped ring with blocks live before it, an empty trace, a profiler's step file) into
 // $HEADROOM_TRACE_SNAPSHOT_DIR (a fresh temporary directory when unset), checks them here,
 // and lists them in manifest.json for tests/trace/check_snapshot.py, which ctest runs next.
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "headroom/host.hpp"
@@ -113,10 +115,24 @@ TEST_CASE("blocks from a plain resource get segments of their own") {
   void* c = act.allocate(hs, 1 << 19);
   act.deallocate(hs, a, 1 << 20);
   auto const s = tr::take_snapshot(rec);
-  // Each lone block is wrapped: segment_alloc before its alloc, segment_free after its free.
+  // Each lone block is wrapped: segment_alloc before its alloc, segment_free after its free; the
+  // free is free_requested + free_completed, as PyTorch writes an ordinary free, and carries
+  // the frame of the allocation.
   CHECK(count(s, tr::action::segment_alloc) == 3);
   CHECK(count(s, tr::action::segment_free) == 1);
-  CHECK(s.trace.size() == 8);
+  CHECK(count(s, tr::action::free_requested) == 1);
+  REQUIRE(s.trace.size() == 9);
+  CHECK(s.trace[6].kind == tr::action::free_requested);
+  CHECK(s.trace[7].kind == tr::action::free_completed);
+  CHECK(s.trace[6].addr == s.trace[7].addr);
+  CHECK(s.trace[7].line == s.trace[1].line);  // s.trace[1]: the alloc of `a`
+  CHECK(s.trace[7].line != 0);
+  // time_us is Unix-epoch time, as PyTorch's.
+  auto const now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::system_clock::now().time_since_epoch()).count();
+  CHECK(s.trace.front().time <= s.trace.back().time);
+  CHECK(s.trace.back().time <= now_ns);
+  CHECK(s.trace.front().time > now_ns - std::int64_t{60'000'000'000});
   REQUIRE(s.segments.size() == 2);
   CHECK(s.active_bytes() == (1u << 18) + (1u << 19));
   CHECK(s.reserved_bytes() == s.active_bytes());
@@ -172,10 +188,39 @@ TEST_CASE("a wrapped ring keeps the newest events; blocks live before it stay in
   CHECK(rec.events()[15].size == 119);
   REQUIRE(s.segments.size() == 1);
   CHECK(s.segments[0].addr == reinterpret_cast<std::uintptr_t>(before));
+  // The block live before recording gets a synthetic alloc at the start, with its category and
+  // frame, so the viewer colours and labels it.
+  CHECK(s.synthetic == 1);
+  REQUIRE(s.trace.size() >= 2);
+  CHECK(s.trace[1].kind == tr::action::alloc);
+  CHECK((s.trace[1].flags & tr::event::synthetic) != 0);
+  CHECK(s.trace[1].what == tr::categories::activation);
+  CHECK(s.trace[1].line != 0);
   auto const t = tr::make_active_timeline(s);
-  CHECK(t.total(0) == 4096);  // the live block counts from the first point on
+  CHECK(t.total(1) == 4096);
   save("wrapped.pickle", s);
   act.deallocate(hs, before, 4096);
+}
+
+TEST_CASE("an arena live before recording: synthetic segment_alloc, then its blocks' allocs") {
+  tr::recorder<> rec;
+  std::vector<std::byte> arena(8192);
+  auto const* p = arena.data();
+  rec.segment_alloc(p, 8192, 0, tr::categories::pool);
+  rec.alloc(p, 1024, 0, tr::categories::pool);
+  rec.alloc(p + 4096, 2048, 0, tr::categories::pool);
+  rec.start();
+  rec.free_completed(p + 4096, 2048, 0);
+  auto const s = tr::take_snapshot(rec);
+  REQUIRE(s.trace.size() >= 5);
+  CHECK(s.synthetic == 2);
+  CHECK(s.trace[0].kind == tr::action::segment_alloc);
+  CHECK(s.trace[0].what == tr::categories::pool);
+  CHECK(s.trace[1].kind == tr::action::alloc);
+  CHECK(s.trace[2].kind == tr::action::alloc);
+  CHECK(s.trace[2].addr == reinterpret_cast<std::uintptr_t>(p + 4096));
+  CHECK(count(s, tr::action::segment_alloc) == 1);  // the blocks lie in the arena: no segments of their own
+  save("arena_live_before.pickle", s);
 }
 
 TEST_CASE("an empty trace with live blocks still opens") {
@@ -183,10 +228,56 @@ TEST_CASE("an empty trace with live blocks still opens") {
   tr::recording_resource act(aligned_resource{}, rec, tr::categories::activation);
   void* p = act.allocate(hs, 1000);
   auto const s = tr::take_snapshot(rec);
-  CHECK(s.trace.empty());
+  CHECK(s.trace.size() == 2);  // the live block's synthetic alloc, in a segment of its own
+  CHECK(s.synthetic == 1);
   CHECK(s.active_bytes() == 1000);
   save("no_events.pickle", s);
   act.deallocate(hs, p, 1000);
+}
+
+TEST_CASE("a full live table: the blocks it could not hold are left out, consistently, and counted") {
+  tr::recorder<> rec({.max_live = 3});
+  tr::recording_resource act(aligned_resource{}, rec, tr::categories::activation);
+  rec.start();
+  std::vector<void*> blocks;
+  for (int i = 0; i < 6; ++i) blocks.push_back(act.allocate(hs, 256));
+  act.deallocate(hs, blocks[4], 256);  // untracked: its free is left out with its alloc
+  act.deallocate(hs, blocks[0], 256);
+  auto const s = tr::take_snapshot(rec);
+  CHECK(s.untracked == 3);
+  CHECK(s.active_bytes() == 2 * 256);
+  for (auto const& e : s.trace) {
+    for (int i = 3; i < 6; ++i) CHECK(e.addr != reinterpret_cast<std::uintptr_t>(blocks[static_cast<std::size_t>(i)]));
+  }
+  CHECK(tr::to_svg(s).find("3 blocks left out") != std::string::npos);
+  save("full_live_table.pickle", s);
+  for (std::size_t i = 1; i < blocks.size(); ++i) {
+    if (i != 4) act.deallocate(hs, blocks[i], 256);
+  }
+}
+
+TEST_CASE("shared policy: threads' buffers merged into one consistent snapshot") {
+  tr::recorder<tr::shared> rec;
+  tr::recording_resource act(aligned_resource{}, rec, tr::categories::activation);
+  tr::recording_resource comm(aligned_resource{}, rec, tr::categories::communication);
+  void* early = act.allocate(hs, 4096);
+  rec.start();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 50; ++i) {
+        void* p = (t % 2 == 0 ? act : comm).allocate(hs, 64 + static_cast<std::size_t>(i));
+        (t % 2 == 0 ? act : comm).deallocate(hs, p, 64 + static_cast<std::size_t>(i));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  act.deallocate(hs, early, 4096);
+  auto const s = tr::take_snapshot(rec);
+  CHECK(s.dropped == 0);
+  CHECK(count(s, tr::action::alloc) == 151);  // 150 + the synthetic alloc of `early`
+  CHECK(count(s, tr::action::free_completed) == 151);
+  save("shared_threads.pickle", s);
 }
 
 TEST_CASE("SVG of the active memory timeline: stacked categories, peak in the title") {
@@ -206,12 +297,40 @@ TEST_CASE("SVG of the active memory timeline: stacked categories, peak in the ti
   auto const svg = tr::to_svg(s, "test <&>");
   CHECK(svg.starts_with("<svg "));
   CHECK(svg.find("peak 4.00 MiB") != std::string::npos);
+  // Round y ticks (1 MiB apart up to the 4 MiB peak), x ticks at event indices, the legend right
+  // of the plot, colours in the viewer's category order (activation first: tableau10[0]).
+  for (char const* tick : {">0 MiB<", ">1 MiB<", ">2 MiB<", ">3 MiB<", ">4 MiB<", ">0<", ">4<"}) {
+    CHECK_MESSAGE(svg.find(tick) != std::string::npos, tick);
+  }
+  CHECK(svg.find("MiB<", svg.find(">4 MiB<") + 7) == std::string::npos);
+  CHECK(svg.find("<polygon fill=\"#4e79a7\"") != std::string::npos);
+  CHECK(svg.find("<rect x=\"870.0\"") != std::string::npos);  // legend at plot right + 16
   CHECK(svg.find("test &lt;&amp;&gt;") != std::string::npos);
   CHECK(svg.find(">cp.logits</text>") != std::string::npos);
   CHECK(svg.find("<polygon") != std::string::npos);
   tr::write_file_atomically(output_dir() / "timeline.svg", svg);
   CHECK(fs::file_size(output_dir() / "timeline.svg") == svg.size());
   CHECK_FALSE(fs::exists(output_dir() / "timeline.svg.partial"));
+
+  // An empty step: one tick, "0 B", and a note; not "1 B, 0 B, 0 B".
+  auto const empty = tr::to_svg(tr::snapshot{});
+  CHECK(empty.find(">0 B<") != std::string::npos);
+  CHECK(empty.find(">1 B<") == std::string::npos);
+  CHECK(empty.find("no memory held") != std::string::npos);
+}
+
+TEST_CASE("nice_ticks: round steps in the peak's binary unit") {
+  auto const t = tr::detail::nice_ticks(2.4 * (1 << 30), true);
+  CHECK(std::string(t.unit_name) == "GiB");
+  CHECK(t.step == doctest::Approx(0.5));
+  CHECK(t.top == doctest::Approx(2.5));
+  auto const m = tr::detail::nice_ticks(614.0 * (1 << 20) * 4, true);  // 2456 MiB = 2.40 GiB
+  CHECK(std::string(m.unit_name) == "GiB");
+  auto const e = tr::detail::nice_ticks(37, false, 8);
+  CHECK(e.step == 5);
+  CHECK(e.top == 40);
+  auto const zero = tr::detail::nice_ticks(0, true);
+  CHECK(std::string(zero.unit_name) == "B");
 }
 
 TEST_CASE("profiler writes step files named by step and coordinates; manifest last") {

@@ -22,16 +22,24 @@
 //   Event     lifetime::event_type_for_t<Stream>: the host pairing is included here; include
 //             lifetime/cuda/guard.hpp before instantiating for cuda::stream_view
 // Two streams: callbacks run on `compute`; transfers run on `comm` (the same stream by
-// default). When they differ, each transfer makes `comm` wait for `compute` on the device, a
-// received buffer makes `compute` wait for the recv, and a sent buffer is released through a
-// lifetime::guard (stream_ordered: compute waits for the send's event on the device, then frees).
+// default). When they differ, each transfer makes `comm` wait for `compute` on the device, the
+// computation that reads a received buffer makes `compute` wait for the recv's event first (not
+// the recv's place in the list: computations in between go on), and a sent buffer is released
+// through a lifetime::guard (stream_ordered: compute waits for the send's event on the device,
+// then frees). On the host (thread ranks, MPI) the transport defers the wait the same way; see
+// transport.hpp.
 // The schedules are deadlock-free under blocking send/recv (validate() checks it), so NCCL's
 // device-side blocking p2p is safe with one host thread per rank.
 //
-// Lifetime: outputs kept under retention::all are guards over the executor's counting resource,
-// so the executor (which may be moved) must outlive the step_result that holds them.
+// Lifetime: an output kept under retention::all is a kept_output: the guard of its block and a
+// share of the executor's counting resource it returns to, so it may outlive the executor (a
+// temporary one too) and the step_result it came in. The caller's own resource must outlive
+// them, as it must outlive any allocation from it.
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <string>
 #include <memory>
 #include <optional>
 #include <span>
@@ -47,11 +55,14 @@
 #include "headroom/lifetime/host.hpp"  // event_type_for<host::inline_stream>
 #include "headroom/lifetime/policy.hpp"
 #include "headroom/pipeline/action.hpp"
+#include "headroom/pipeline/fingerprint.hpp"
 #include "headroom/pipeline/memory_model.hpp"
+#include "headroom/pipeline/output_lifetime.hpp"
 #include "headroom/pipeline/retention.hpp"
 #include "headroom/pipeline/schedule.hpp"
 #include "headroom/pipeline/stage.hpp"
 #include "headroom/pipeline/stage_bytes.hpp"
+#include "headroom/pipeline/transport.hpp"
 #include "headroom/pipeline/validate.hpp"
 #include "headroom/stats/statistics_resource.hpp"
 
@@ -92,12 +103,46 @@ class resource_ref {
 };
 }  // namespace detail
 
+/// An output the last stage kept (retention::all): its buffer and a share of the resource that
+/// buffer returns to. The buffer is always given back before that share is dropped (on
+/// destruction, move-assignment and release()), so a kept output never outlives its resource.
+template <class Buffer>
+class kept_output {
+ public:
+  kept_output(std::shared_ptr<void const> owner, Buffer buffer) noexcept
+      : owner_(std::move(owner)), buffer_(std::move(buffer)) {}
+  kept_output(kept_output&&) noexcept = default;  // a new object: nothing of its own to give back
+  kept_output& operator=(kept_output&& other) noexcept {
+    buffer_ = std::move(other.buffer_);  // this object's old block goes back while its owner is still held
+    owner_ = std::move(other.owner_);
+    return *this;
+  }
+  kept_output(kept_output const&) = delete;
+  kept_output& operator=(kept_output const&) = delete;
+  ~kept_output() = default;  // buffer_ is declared after owner_: destroyed (given back) first
+
+  [[nodiscard]] void* data() const noexcept { return buffer_.data(); }
+  [[nodiscard]] std::size_t size() const noexcept { return buffer_.size(); }
+  [[nodiscard]] auto* resource() const noexcept { return buffer_.resource(); }
+  /// The guard itself (stream uses, stream-ordered release).
+  [[nodiscard]] Buffer& buffer() noexcept { return buffer_; }
+  [[nodiscard]] Buffer const& buffer() const noexcept { return buffer_; }
+  /// Gives the block back now; the object stays, empty.
+  void release() {
+    if (buffer_.live()) buffer_.release();
+  }
+
+ private:
+  std::shared_ptr<void const> owner_;
+  Buffer buffer_;
+};
+
 /// What one step leaves the caller, filled on the rank that holds the last virtual stage.
 template <class Loss, class Buffer>
 struct step_result {
   std::vector<int> microbatches;  // micro-batch of each entry below, in the order the losses ran
   std::vector<Loss> losses;       // retention::reduced and ::all
-  std::vector<Buffer> outputs;    // retention::all: the last stage's outputs, still allocated
+  std::vector<kept_output<Buffer>> outputs;  // retention::all: the last stage's outputs, still allocated
 };
 
 template <byte_transport Comm, class Resource, class Stream = typename Comm::stream_type,
@@ -110,22 +155,38 @@ class executor {
   using counting_resource = stats::statistics_resource<detail::resource_ref<Resource>>;
   using buffer = lifetime::guard<counting_resource, Stream, Event, lifetime::stream_ordered>;
 
-  /// Validates everything before any transfer, identically on every rank: the schedule, one
-  /// model_bytes entry per virtual stage, a communicator of p ranks.
+  /// Checks everything before any transfer. Each rank validates its own inputs (the schedule,
+  /// one model_bytes entry per virtual stage, a communicator of p ranks); then one all-gather
+  /// of a fingerprint (fingerprint.hpp) proves that every rank holds the same schedule and
+  /// sizes. Every rank joins that collective even when its own inputs are bad, so every rank
+  /// throws: its own error (invalid_argument) on a rank whose inputs are bad, otherwise
+  /// collective_mismatch naming the ranks that differ and in what.
   executor(Comm& comm, Resource& resource, schedule s, model_bytes bytes, Stream compute, Stream comm_stream)
       : comm_(&comm),
-        counted_(std::make_unique<counting_resource>(detail::resource_ref<Resource>(resource))),
+        transport_(comm),
+        counted_(std::make_shared<counting_resource>(detail::resource_ref<Resource>(resource))),
         schedule_(std::move(s)),
         bytes_(std::move(bytes)),
         compute_(compute),
         transfer_(comm_stream) {
-    validate(schedule_);
-    auto const& shape = schedule_.shape();
-    bytes_.check(shape, "pipeline::executor");
-    expects(comm.size() == shape.stages, "pipeline::executor: the communicator has ", comm.size(),
-            " ranks, the schedule '", schedule_.name(), "' needs p = ", shape.stages);
-    rank_ = comm.rank();
-    shape.check_rank(rank_, "pipeline::executor");
+    std::exception_ptr own;  // this rank's own verdict, thrown after the collective
+    try {
+      validate(schedule_);
+      auto const& shape = schedule_.shape();
+      bytes_.check(shape, "pipeline::executor");
+      expects(comm.size() == shape.stages, "pipeline::executor: the communicator has ", comm.size(),
+              " ranks, the schedule '", schedule_.name(), "' needs p = ", shape.stages);
+      rank_ = comm.rank();
+      shape.check_rank(rank_, "pipeline::executor");
+    } catch (error const&) {
+      own = std::current_exception();
+    }
+    auto const mine = fingerprint(schedule_, bytes_, own == nullptr);
+    std::vector<std::int64_t> all(mine.size() * static_cast<std::size_t>(comm.size()));
+    transport_.all_gather(std::span<std::int64_t const>(mine), std::span<std::int64_t>(all), transfer_, resource);
+    if (own) std::rethrow_exception(own);
+    auto const why = detail::disagreement(all, comm.size(), "pipeline::executor");
+    expects<collective_mismatch>(why.empty(), why);
   }
   /// One stream for callbacks and transfers (the host substrate's inline stream, by default).
   executor(Comm& comm, Resource& resource, schedule s, model_bytes bytes, Stream stream = Stream{})
@@ -138,41 +199,88 @@ class executor {
   [[nodiscard]] counting_resource& statistics() noexcept { return *counted_; }
 
   /// The memory model's prediction for this executor's schedule and sizes.
-  template <output_retention R>
-  [[nodiscard]] memory_plan plan(R r = {}) const {
-    return predict_memory(schedule_, bytes_, r);
+  template <output_retention R, output_lifetime O = outputs::freed_when_sent>
+  [[nodiscard]] memory_plan plan(R r = {}, O o = {}) const {
+    return predict_memory(schedule_, bytes_, r, o);
   }
 
   /// Runs this rank's actions of one step. Throws invalid_argument before any transfer when the
-  /// schedule splits the backward and `stage` has no backward_input / backward_weight.
-  template <class Stage, output_retention R = retention::reduced>
-    requires pipeline_stage<Stage, Stream>
-  step_result<loss_t<Stage, Stream>, buffer> step(Stage& stage, R = {}) {
+  /// schedule splits the backward and `stage` has no backward_input / backward_weight (on every
+  /// rank alike: they hold the same schedule). When anything fails on this rank during the step
+  /// (a callback throws, a transfer fails), the peers are told through the transport before the
+  /// exception leaves: their waits throw group_aborted instead of hanging, and a peer that had
+  /// already finished its actions learns it at the step's closing handshake.
+  template <class Stage, output_retention R = retention::reduced, output_lifetime O = outputs::freed_when_sent>
+    requires forward_stage<Stage, Stream>
+  step_result<loss_t<Stage, Stream>, buffer> step(Stage& stage, R = {}, O = {}) {
+    if constexpr (!pipeline_stage<Stage, Stream>) {
+      expects(schedule_.forward_only(), "pipeline::executor::step: schedule '", schedule_.name(),
+              "' trains (it has backwards); the stage has no backward member, expected a forward-only schedule");
+    }
     if constexpr (!split_backward_stage<Stage, Stream>) {
       expects(!schedule_.splits_backward(), "pipeline::executor::step: schedule '", schedule_.name(),
               "' splits the backward into backward_input and backward_weight; the stage has no such members");
     }
     auto const& shape = schedule_.shape();
+    // Declared before the try: buffers a receive may still write into outlive the abort.
     std::vector<slot> slots(static_cast<std::size_t>(shape.microbatches) * static_cast<std::size_t>(shape.chunks));
     step_result<loss_t<Stage, Stream>, buffer> result;
+    transport_.begin();
+    try {
+      run_actions<R, O>(stage, slots, result);
+      transport_.finish(transfer_);
+    } catch (group_aborted const&) {
+      throw;  // a peer failed and told everyone
+    } catch (std::exception const& e) {
+      abort_peers([&] { return headroom::detail::concat("pipeline::executor: rank ", rank_, " failed: ", e.what()); });
+      throw;
+    } catch (...) {
+      abort_peers([&] { return headroom::detail::concat("pipeline::executor: rank ", rank_, " failed"); });
+      throw;
+    }
+    return result;
+  }
+
+ private:
+  // A receive posted and not yet waited on: the transport's ticket (host substrates that defer)
+  // and the event after it on the transfer stream (two streams).
+  struct pending_receive {
+    std::optional<transfer_ticket> ticket;
+    std::optional<Event> event;
+  };
+  // The buffers of one (micro-batch, chunk) on this rank; empty where the size is 0 or the
+  // buffer is not live. A received buffer keeps its ticket until the computation that reads it.
+  struct slot {
+    std::optional<buffer> input, output, stash, grad_output, grad_input, weight_stash;
+    std::optional<pending_receive> input_pending, grad_output_pending;
+  };
+
+  template <class R, class O, class Stage, class Result>
+  void run_actions(Stage& stage, std::vector<slot>& slots, Result& result) {
+    auto const& shape = schedule_.shape();
+    bool const eval = schedule_.forward_only();
     for (action const& a : schedule_.actions(rank_)) {
       int const chunk = shape.chunk_of(a.stage);
       slot& sl = slots[static_cast<std::size_t>(a.microbatch) * static_cast<std::size_t>(shape.chunks) + static_cast<std::size_t>(chunk)];
-      stage_bytes const& b = bytes_[a.stage];
-      std::size_t const in_bytes = bytes_.input(a.stage);
+      stage_bytes const& b = bytes_.at(a.stage, a.microbatch);
+      std::size_t const in_bytes = bytes_.input(a.stage, a.microbatch);
       bool const last = shape.is_last(a.stage);
       switch (a.kind) {
         case action_kind::recv_forward:
           sl.input = allocate(in_bytes);
-          receive(sl.input, a.peer);
+          sl.input_pending = receive(sl.input, a.peer);
           break;
-        case action_kind::send_forward: send_and_release(sl.output, a.peer); break;
+        case action_kind::send_forward:
+          if (O::until_backward && !eval) send_only(sl.output, a.peer);
+          else send_and_release(sl.output, a.peer);
+          break;
         case action_kind::recv_backward:
           sl.grad_output = allocate(b.output);
-          receive(sl.grad_output, a.peer);
+          sl.grad_output_pending = receive(sl.grad_output, a.peer);
           break;
         case action_kind::send_backward: send_and_release(sl.grad_input, a.peer); break;
         case action_kind::forward: {
+          arrived(sl.input_pending);
           sl.output = allocate(b.output);
           sl.stash = allocate(b.activations);
           stage.forward(forward_args<Stream>{a.microbatch, a.stage, chunk, view(sl.input), view(sl.output), view(sl.stash), compute_});
@@ -183,16 +291,21 @@ class executor {
               result.losses.push_back(std::move(value));
             }
             if constexpr (R::keeps_outputs) {
-              if (sl.output) result.outputs.push_back(std::move(*sl.output));
+              if (sl.output) result.outputs.emplace_back(counted_, std::move(*sl.output));
               sl.output.reset();
-            } else {
+            } else if (!O::until_backward || eval) {
               release(sl.output);
             }
+          }
+          if (eval) {  // no backward will read them
+            release(sl.stash);
+            release(sl.input);
           }
           break;
         }
         case action_kind::backward:
         case action_kind::backward_input: {
+          arrived(sl.grad_output_pending);
           bool const split = a.kind == action_kind::backward_input;
           sl.grad_input = allocate(in_bytes);
           if (split) sl.weight_stash = allocate(b.weight_stash);
@@ -202,11 +315,12 @@ class executor {
           if (split) {
             if constexpr (split_backward_stage<Stage, Stream>) stage.backward_input(args);
           } else {
-            stage.backward(args);
+            if constexpr (pipeline_stage<Stage, Stream>) stage.backward(args);
           }
           release(sl.grad_output);
           release(sl.stash);
           release(sl.input);
+          if constexpr (O::until_backward) release(sl.output);  // PyTorch's forward cache lets go here
           break;
         }
         case action_kind::backward_weight:
@@ -216,15 +330,8 @@ class executor {
           break;
       }
     }
-    return result;
   }
 
- private:
-  // The buffers of one (micro-batch, chunk) on this rank; empty where the size is 0 or the
-  // buffer is not live.
-  struct slot {
-    std::optional<buffer> input, output, stash, grad_output, grad_input, weight_stash;
-  };
 
   [[nodiscard]] std::optional<buffer> allocate(std::size_t bytes) {
     if (bytes == 0) return std::nullopt;
@@ -245,24 +352,51 @@ class executor {
     e.wait_on(to);
   }
 
-  void send_and_release(std::optional<buffer>& b, int peer) {
+  void send_only(std::optional<buffer>& b, int peer) {
     if (two_streams()) order_after(compute_, transfer_);  // the producer finished writing
     std::span<std::byte const> const data = view(b);
-    comm_->send(data, peer, transfer_);
+    transport_.send(data, peer, transfer_);
     if (b) b->use_on(transfer_);
+  }
+  void send_and_release(std::optional<buffer>& b, int peer) {
+    send_only(b, peer);
     release(b);  // stream-ordered: compute waits for the send's event, then frees; the host goes on
   }
-  void receive(std::optional<buffer>& b, int peer) {
+  // Posts the receive at its place in the list; arrived() completes it just before the
+  // computation that reads it: on the host, the transport's wait; with two streams, the compute
+  // stream's wait for the recv's event on the device (so computations that do not need it go on
+  // while the transfer stream waits for the peer).
+  [[nodiscard]] std::optional<pending_receive> receive(std::optional<buffer>& b, int peer) {
     if (two_streams()) order_after(compute_, transfer_);  // the allocation is ordered on compute
-    comm_->recv(view(b), peer, transfer_);
+    auto const ticket = transport_.post_recv(view(b), peer, transfer_);
+    std::optional<pending_receive> pending;
+    if constexpr (transport<Comm>::defers_receives) pending.emplace().ticket = ticket;
     if (two_streams()) {
       if (b) b->use_on(transfer_);
-      order_after(transfer_, compute_);  // callbacks read it after the recv
+      if (!pending) pending.emplace();
+      pending->event.emplace();
+      pending->event->record(transfer_);  // compute waits for it before the consumer
+    }
+    return pending;
+  }
+  void arrived(std::optional<pending_receive>& pending) {
+    if (!pending) return;
+    if (pending->ticket) transport_.wait(*pending->ticket);
+    if (pending->event) pending->event->wait_on(compute_);
+    pending.reset();
+  }
+  template <class Why>
+  void abort_peers(Why&& why) noexcept {
+    try {
+      transport_.abort(why());
+    } catch (...) {
+      transport_.abort(std::string());  // no memory for the reason: abort without one
     }
   }
 
   Comm* comm_;
-  std::unique_ptr<counting_resource> counted_;  // at a fixed address: kept outputs point to it
+  transport<Comm> transport_;
+  std::shared_ptr<counting_resource> counted_;  // at a fixed address, shared with results that keep outputs
   schedule schedule_;
   model_bytes bytes_;
   Stream compute_;

@@ -21,6 +21,11 @@
 //
 // Within one action every allocation happens before any release, so the peak counts them
 // together. Outputs kept under retention::all are still held at the end of the step.
+//
+// Under outputs::kept_until_backward (PyTorch's PipelineStage) send_forward frees nothing, the
+// last stage keeps its output past the loss, and each backward also frees its stage's output.
+// In a forward-only schedule a forward frees its stash and input right after it (there is no
+// backward to keep them for), and outputs go as under freed_when_sent.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -32,6 +37,7 @@
 #include "headroom/core/bytes.hpp"
 #include "headroom/core/error.hpp"
 #include "headroom/pipeline/action.hpp"
+#include "headroom/pipeline/output_lifetime.hpp"
 #include "headroom/pipeline/retention.hpp"
 #include "headroom/pipeline/schedule.hpp"
 #include "headroom/pipeline/stage_bytes.hpp"
@@ -52,8 +58,9 @@ struct rank_memory {
 
 class memory_plan {
  public:
-  memory_plan(std::string schedule_name, pipeline_shape shape, std::string_view retention, std::vector<rank_memory> ranks)
-      : schedule_(std::move(schedule_name)), shape_(shape), retention_(retention), ranks_(std::move(ranks)) {}
+  memory_plan(std::string schedule_name, pipeline_shape shape, std::string_view retention, std::vector<rank_memory> ranks,
+              std::string_view lifetime = outputs::freed_when_sent::name)
+      : schedule_(std::move(schedule_name)), shape_(shape), retention_(retention), lifetime_(lifetime), ranks_(std::move(ranks)) {}
 
   [[nodiscard]] rank_memory const& rank(int r) const {
     shape_.check_rank(r, "pipeline::memory_plan::rank");
@@ -62,6 +69,7 @@ class memory_plan {
   [[nodiscard]] std::vector<rank_memory> const& ranks() const noexcept { return ranks_; }
   [[nodiscard]] pipeline_shape const& shape() const noexcept { return shape_; }
   [[nodiscard]] std::string_view retention() const noexcept { return retention_; }
+  [[nodiscard]] std::string_view lifetime() const noexcept { return lifetime_; }
   /// The rank with the highest total (the one a dashboard must show).
   [[nodiscard]] rank_memory const& max_rank() const {
     return *std::max_element(ranks_.begin(), ranks_.end(),
@@ -69,7 +77,9 @@ class memory_plan {
   }
 
   friend std::ostream& operator<<(std::ostream& os, memory_plan const& m) {
-    os << "memory plan " << m.schedule_ << " (" << m.shape_ << ", retention " << m.retention_ << ")\n";
+    os << "memory plan " << m.schedule_ << " (" << m.shape_ << ", retention " << m.retention_;
+    if (m.lifetime_ != outputs::freed_when_sent::name) os << ", outputs " << m.lifetime_;
+    os << ")\n";
     for (auto const& r : m.ranks_)
       os << "  rank " << r.rank << ": peak " << format_bytes(static_cast<std::uint64_t>(r.peak)) << " at action "
          << r.peak_action << ", held at end " << format_bytes(static_cast<std::uint64_t>(r.held_at_end)) << ", parameters "
@@ -82,30 +92,40 @@ class memory_plan {
   std::string schedule_;
   pipeline_shape shape_;
   std::string_view retention_;
+  std::string_view lifetime_;
   std::vector<rank_memory> ranks_;
 };
 
 /// Predicts every rank's peak for one step of `s` with costs `bytes` and retention R. Validates
-/// the schedule first; throws invalid_argument when `bytes` does not have p·v stages.
-template <output_retention R>
-[[nodiscard]] memory_plan predict_memory(schedule const& s, model_bytes const& bytes, R = {}) {
+/// the schedule first; throws invalid_argument when `bytes` does not have p·v stages, and
+/// capacity_error when a size or a rank's sum of sizes does not fit a 64-bit count.
+template <output_retention R, output_lifetime O = outputs::freed_when_sent>
+[[nodiscard]] memory_plan predict_memory(schedule const& s, model_bytes const& bytes, R = {}, O = {}) {
   validate(s);
   auto const& shape = s.shape();
   bytes.check(shape, "pipeline::predict_memory");
   auto const as_int = [](std::size_t n) {
-    expects(n <= static_cast<std::size_t>(INT64_MAX / 4), "pipeline::predict_memory: ", n, " bytes is too large to count");
+    expects<capacity_error>(n <= static_cast<std::size_t>(INT64_MAX / 4), "pipeline::predict_memory: a size of ", n,
+                            " bytes is too large to count, expected <= ", INT64_MAX / 4);
     return static_cast<std::int64_t>(n);
   };
+  // Sums of sizes (each <= 2^61) are checked: many kept outputs could still wrap the count.
+  auto const sum = [](std::int64_t a, std::int64_t b, int rank, char const* what) {
+    expects<capacity_error>(b <= INT64_MAX - a, "pipeline::predict_memory: rank ", rank, ": ", what, " ", a, " + ", b,
+                            " bytes overflows a 64-bit count");
+    return a + b;
+  };
+  bool const eval = s.forward_only();
   std::vector<rank_memory> out;
   for (int r = 0; r < shape.stages; ++r) {
     rank_memory m{.rank = r};
-    for (int st = r; st < shape.virtual_stages(); st += shape.stages) m.parameters += as_int(bytes[st].parameters);
+    for (int st = r; st < shape.virtual_stages(); st += shape.stages) m.parameters = sum(m.parameters, as_int(bytes[st].parameters), r, "parameters");
     std::int64_t live = 0;
     auto const list = s.actions(r);
     for (std::size_t i = 0; i < list.size(); ++i) {
       action const& a = list[i];
-      auto const& b = bytes[a.stage];
-      std::int64_t const in = as_int(bytes.input(a.stage));
+      auto const& b = bytes.at(a.stage, a.microbatch);
+      std::int64_t const in = as_int(bytes.input(a.stage, a.microbatch));
       std::int64_t const outb = as_int(b.output);
       std::int64_t const act = as_int(b.activations);
       std::int64_t const ws = as_int(b.weight_stash);
@@ -114,21 +134,25 @@ template <output_retention R>
       std::int64_t shrink = 0;
       switch (a.kind) {
         case action_kind::recv_forward: grow = in; break;
-        case action_kind::send_forward: shrink = outb; break;
+        case action_kind::send_forward: shrink = O::until_backward && !eval ? 0 : outb; break;
         case action_kind::recv_backward: grow = outb; break;
         case action_kind::send_backward: shrink = in; break;
         case action_kind::forward:
           grow = outb + act;
-          if (last && !R::keeps_outputs) shrink = outb;
+          if (last && !R::keeps_outputs && (!O::until_backward || eval)) shrink = outb;
+          if (eval) shrink += act + in;  // no backward: the stash and the input go right away
           break;
         case action_kind::backward:
-        case action_kind::backward_input:
+        case action_kind::backward_input: {
           grow = in + (a.kind == action_kind::backward_input ? ws : 0);
-          shrink = (last ? 0 : outb) + act + in;
+          // the output's gradient (not on the last stage), and an output still held until now
+          std::int64_t const kept_output = O::until_backward && !(last && R::keeps_outputs) ? outb : 0;
+          shrink = (last ? 0 : outb) + kept_output + act + in;
           break;
+        }
         case action_kind::backward_weight: shrink = ws; break;
       }
-      live += grow;
+      live = sum(live, grow, r, "live bytes");
       if (live > m.peak) {
         m.peak = live;
         m.peak_action = i;
@@ -138,7 +162,7 @@ template <output_retention R>
     m.held_at_end = live;
     out.push_back(m);
   }
-  return memory_plan(s.name(), shape, R::name, std::move(out));
+  return memory_plan(s.name(), shape, R::name, std::move(out), O::name);
 }
 
 }  // namespace headroom::pipeline

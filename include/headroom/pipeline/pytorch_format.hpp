@@ -17,8 +17,10 @@
 // are skipped (headroom's executor has blocking transfers and no sharding: they change no
 // dependency it checks); "(a;b)OVERLAP_F_B" is read as its sub-actions a then b. Rows with
 // compute actions only get their transfers placed as the generators place theirs
-// (place_transfers); rows with transfers are taken as they are. Either way the result is
-// validated, so a malformed row throws invalid_argument naming the rank, column and text.
+// (place_transfers); rows with transfers are taken as they are. Rows with no gradient action
+// (no B, I, W, SEND_B, RECV_B) are a forward-only (evaluation) schedule, as PyTorch's eval()
+// runs and the forward_only generator makes. Either way the result is validated, so a
+// malformed row throws invalid_argument naming the rank, column and text.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -30,6 +32,7 @@
 
 #include "headroom/core/error.hpp"
 #include "headroom/pipeline/action.hpp"
+#include "headroom/pipeline/detail/lower.hpp"
 #include "headroom/pipeline/schedule.hpp"
 #include "headroom/pipeline/schedules.hpp"
 #include "headroom/pipeline/shape.hpp"
@@ -216,14 +219,18 @@ inline void parse_single(std::string_view text, std::string_view where, std::vec
                                              std::optional<pipeline_shape> shape = std::nullopt) {
   std::vector<std::vector<action>> lists(rows.size());
   bool transfers = false;
+  bool gradients = false;
   for (std::size_t r = 0; r < rows.size(); ++r)
     for (std::size_t c = 0; c < rows[r].size(); ++c) {
       auto cell = parse_cell(rows[r][c], headroom::detail::concat("rank ", r, " column ", c));
       for (auto& a : cell.actions) {
         transfers = transfers || !is_compute(a.kind);
+        gradients = gradients || (a.kind != action_kind::forward && a.kind != action_kind::send_forward &&
+                                  a.kind != action_kind::recv_forward);
         lists[r].push_back(a);
       }
     }
+  step_kind const kind = gradients ? step_kind::training : step_kind::evaluation;
   pipeline_shape const sh = shape ? *shape : infer_shape(lists);
   sh.check("pipeline::pytorch::import_actions");
   expects(lists.size() == static_cast<std::size_t>(sh.stages), "pipeline::pytorch: ", lists.size(),
@@ -232,14 +239,22 @@ inline void parse_single(std::string_view text, std::string_view where, std::vec
     for (auto& a : lists[r]) {
       expects(a.stage < sh.virtual_stages(), "pipeline::pytorch: rank ", r, " action ", to_string(a), " names stage ",
               a.stage, "; expected a stage below p·v = ", sh.virtual_stages());
+      expects(a.microbatch < sh.microbatches, "pipeline::pytorch: rank ", r, " action ", to_string(a),
+              " names micro-batch ", a.microbatch, "; expected one below m = ", sh.microbatches);
+      expects(sh.rank_of(a.stage) == static_cast<int>(r), "pipeline::pytorch: rank ", r, " action ", to_string(a),
+              " is on stage ", a.stage, ", which lives on rank ", sh.rank_of(a.stage),
+              "; expected stage s on rank s mod p");
       if (!is_compute(a.kind)) {
         a.peer = headroom::pipeline::detail::expected_peer(sh, a);
         expects(a.peer >= 0, "pipeline::pytorch: rank ", r, " action ", to_string(a), " transfers past stage ", a.stage,
                 " of ", sh.virtual_stages(), "; there is no neighbouring stage there");
       }
     }
-  if (!transfers) return place_transfers(std::move(name), sh, lists);
-  schedule s(std::move(name), sh, std::move(lists));
+  if (!transfers && kind == step_kind::training) return place_transfers(std::move(name), sh, lists);
+  // Forward-only compute rows: the actions are in range and on their ranks (checked above), so
+  // the transfers can be placed as place_transfers places a training schedule's.
+  schedule s = transfers ? schedule(std::move(name), sh, std::move(lists), kind)
+                         : headroom::pipeline::detail::lower(std::move(name), sh, lists, kind);
   validate(s);
   return s;
 }

@@ -6,6 +6,7 @@
 // generators in schedules.hpp build them; a hand-written list is accepted too, as long as it
 // validates.
 #include <cstddef>
+#include <cstdint>
 #include <ostream>
 #include <span>
 #include <string>
@@ -18,11 +19,16 @@
 
 namespace headroom::pipeline {
 
+/// What one step does: train (forwards and backwards) or evaluate (forwards only).
+enum class step_kind : std::uint8_t { training, evaluation };
+
 class schedule {
  public:
-  /// `ranks[r]` is rank r's action list; there must be one list per rank of `shape`.
-  schedule(std::string name, pipeline_shape shape, std::vector<std::vector<action>> ranks)
-      : name_(std::move(name)), shape_(shape), ranks_(std::move(ranks)) {
+  /// `ranks[r]` is rank r's action list; there must be one list per rank of `shape`. An
+  /// evaluation schedule runs forwards only (validate() refuses any gradient action in it).
+  schedule(std::string name, pipeline_shape shape, std::vector<std::vector<action>> ranks,
+           step_kind kind = step_kind::training)
+      : name_(std::move(name)), shape_(shape), ranks_(std::move(ranks)), kind_(kind) {
     shape_.check("pipeline::schedule");
     expects(ranks_.size() == static_cast<std::size_t>(shape_.stages), "pipeline::schedule '", name_, "': ",
             ranks_.size(), " action lists for p = ", shape_.stages, " ranks, expected one list per rank");
@@ -46,11 +52,15 @@ class schedule {
     return false;
   }
 
+  /// True for an evaluation schedule: forwards only, no gradient computed or moved.
+  [[nodiscard]] bool forward_only() const noexcept { return kind_ == step_kind::evaluation; }
+  [[nodiscard]] step_kind kind() const noexcept { return kind_; }
+
   friend bool operator==(schedule const&, schedule const&) = default;
 
   /// One line per rank: "rank 0: F0@s0 | send_forward F0@s0 -> rank 1 | ...".
   friend std::ostream& operator<<(std::ostream& os, schedule const& s) {
-    os << "schedule " << s.name_ << " (" << s.shape_ << ")\n";
+    os << "schedule " << s.name_ << " (" << s.shape_ << (s.forward_only() ? ", forward only" : "") << ")\n";
     for (std::size_t r = 0; r < s.ranks_.size(); ++r) {
       os << "  rank " << r << ":";
       char const* sep = " ";
@@ -67,6 +77,7 @@ class schedule {
   std::string name_;
   pipeline_shape shape_;
   std::vector<std::vector<action>> ranks_;
+  step_kind kind_ = step_kind::training;
 };
 
 }  // namespace headroom::pipeline

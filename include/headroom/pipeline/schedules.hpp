@@ -2,17 +2,26 @@
 // Schedule generators, as policy tags: `make_schedule<one_f_one_b>({.stages = 4, .microbatches = 8})`.
 //
 //   gpipe             all forwards, then all backwards (fill-drain; Huang et al. 2019). With v > 1
-//                     chunks per rank it runs chunk by chunk (PyTorch's ScheduleLoopedBFS).
+//                     chunks per rank it runs chunk by chunk, backwards from the last chunk and the
+//                     last micro-batch down (PyTorch's ScheduleLoopedBFS).
 //   one_f_one_b       PipeDream-Flush / Megatron's non-interleaved schedule: rank r runs
 //                     min(p − r − 1, m) warm-up forwards, then alternates one forward and one
 //                     backward, then drains; at most min(m, p − r) micro-batches in flight.
 //   interleaved_1f1b  Megatron's interleaved schedule: v chunks per rank, micro-batches taken in
-//                     groups of g (default p) per chunk, warm-up 2(p − r − 1) + (v − 1)·g forwards
-//                     (capped at m·v). Needs m >= p, g >= p and m a multiple of g.
+//                     groups of g (default p) per chunk, the last group holding the m mod g left
+//                     over (Megatron's get_schedule_table), warm-up 2(p − r − 1) + (v − 1)·g
+//                     forwards (capped at m·v). Needs p <= g <= m and m mod g = 0 or >= p.
 //   zb_h1             zero-bubble ZB-H1 (Qi et al. 2023): 1F1B's warm-up and in-flight bound, the
 //                     backward split into I (input gradient, on the critical path) and W (weight
 //                     gradient); rank r runs each W r backwards late, so later ranks fill the
-//                     drain with weight gradients while input gradients travel to rank 0.
+//                     drain with weight gradients while input gradients travel to rank 0: up to
+//                     r + 1 W pending on rank r.
+//
+//   interleaved_zb    PyTorch's ScheduleInterleavedZeroBubble (ZB1P): interleaved chunks with the
+//                     backward split into I and W, W deferred by r on rank r; zb_h1 when v = 1.
+//   forward_only      evaluation: forwards only, in the interleaved forward order.
+//
+// g (shape.group) shapes interleaved_1f1b and forward_only; the others refuse a g other than 0.
 //
 // Every generator checks its shape and throws invalid_argument naming the value and the rule,
 // and returns a schedule that validate() accepts (the tests check this over a grid of shapes).
@@ -50,6 +59,11 @@ inline void check_one_chunk(pipeline_shape const& shape, std::string_view name) 
   expects(shape.chunks == 1, "pipeline::", name, ": chunks (v) = ", shape.chunks,
           ", expected 1 (one model chunk per rank; use interleaved_1f1b for v > 1)");
 }
+// A group size a generator does not use is refused rather than silently ignored.
+inline void check_no_group(pipeline_shape const& shape, std::string_view name) {
+  expects(shape.group == 0, "pipeline::", name, ": group (g) = ", shape.group,
+          ", expected 0: only interleaved_1f1b and forward_only take micro-batches in groups");
+}
 }  // namespace detail
 
 /// A schedule from per-rank compute orders (forward, backward, backward_input, backward_weight
@@ -79,13 +93,17 @@ struct gpipe {
   static constexpr std::string_view name = "gpipe";
   [[nodiscard]] static schedule generate(pipeline_shape const& shape) {
     detail::check_common(shape, name);
+    detail::check_no_group(shape, name);
+    int const m = shape.microbatches;
+    bool const looped = shape.chunks > 1;  // ScheduleLoopedBFS: backwards from the last micro-batch
     std::vector<std::vector<action>> order(static_cast<std::size_t>(shape.stages));
     for (int r = 0; r < shape.stages; ++r) {
       auto& o = order[static_cast<std::size_t>(r)];
       for (int c = 0; c < shape.chunks; ++c)
-        for (int k = 0; k < shape.microbatches; ++k) o.push_back(detail::compute(action_kind::forward, k, shape.virtual_stage(r, c)));
+        for (int k = 0; k < m; ++k) o.push_back(detail::compute(action_kind::forward, k, shape.virtual_stage(r, c)));
       for (int c = shape.chunks - 1; c >= 0; --c)
-        for (int k = 0; k < shape.microbatches; ++k) o.push_back(detail::compute(action_kind::backward, k, shape.virtual_stage(r, c)));
+        for (int i = 0; i < m; ++i)
+          o.push_back(detail::compute(action_kind::backward, looped ? m - 1 - i : i, shape.virtual_stage(r, c)));
     }
     return detail::lower(std::string(name), shape, order);
   }
@@ -113,6 +131,7 @@ struct one_f_one_b {
   [[nodiscard]] static schedule generate(pipeline_shape const& shape) {
     detail::check_common(shape, name);
     detail::check_one_chunk(shape, name);
+    detail::check_no_group(shape, name);
     std::vector<std::vector<action>> order(static_cast<std::size_t>(shape.stages));
     for (int r = 0; r < shape.stages; ++r)
       one_f_one_b::order(shape, r, order[static_cast<std::size_t>(r)],
@@ -125,8 +144,9 @@ static_assert(schedule_generator<one_f_one_b>);
 struct interleaved_1f1b {
   static constexpr std::string_view name = "interleaved_1f1b";
 
-  /// Megatron's get_model_chunk_id: the chunk and micro-batch of the i-th forward (or backward)
-  /// of a rank, micro-batches taken g at a time per chunk.
+  /// Megatron's get_schedule_table and get_model_chunk_id: the chunk and micro-batch of the
+  /// i-th forward (or backward) of a rank. Micro-batches are taken g at a time per chunk; when
+  /// g does not divide m, the last group holds the m mod g left over.
   struct slot {
     int chunk;
     int microbatch;
@@ -134,9 +154,20 @@ struct interleaved_1f1b {
   [[nodiscard]] static constexpr slot nth(pipeline_shape const& shape, int i, bool forward) noexcept {
     int const g = shape.group_size();
     int const v = shape.chunks;
-    int const in_group = i % (g * v);
-    int const chunk = in_group / g;
-    return {forward ? chunk : v - 1 - chunk, (i / (g * v)) * g + in_group % g};
+    int const full_groups = shape.microbatches / g;  // the tail group (m mod g) comes after them
+    int chunk = 0;
+    int microbatch = 0;
+    if (i < full_groups * g * v) {
+      int const in_group = i % (g * v);
+      chunk = in_group / g;
+      microbatch = (i / (g * v)) * g + in_group % g;
+    } else {
+      int const tail = shape.microbatches - full_groups * g;
+      int const j = i - full_groups * g * v;
+      chunk = j / tail;
+      microbatch = full_groups * g + j % tail;
+    }
+    return {forward ? chunk : v - 1 - chunk, microbatch};
   }
   /// Forwards rank `rank` runs before its first backward.
   [[nodiscard]] static constexpr int warmup(pipeline_shape const& shape, int rank) noexcept {
@@ -152,8 +183,11 @@ struct interleaved_1f1b {
     expects(m >= p, "pipeline::interleaved_1f1b: microbatches (m) = ", m, " < stages (p) = ", p, ", expected m >= p");
     expects(g >= p, "pipeline::interleaved_1f1b: group (g) = ", g, " < stages (p) = ", p,
             ", expected a micro-batch group of at least p (Megatron's microbatch_group_size_per_vp_stage)");
-    expects(m % g == 0, "pipeline::interleaved_1f1b: microbatches (m) = ", m, " is not a multiple of the group size g = ",
-            g, ", expected m % g == 0");
+    expects(g <= m, "pipeline::interleaved_1f1b: group (g) = ", g, " > microbatches (m) = ", m,
+            ", expected p <= g <= m");
+    expects(m % g == 0 || m % g >= p, "pipeline::interleaved_1f1b: microbatches (m) = ", m, " leaves a last group of m mod g = ",
+            m % g, " micro-batches for g = ", g, ", expected 0 or at least p = ", p,
+            " (a smaller last group waits on itself, as Megatron refuses)");
     int const total = m * shape.chunks;
     std::vector<std::vector<action>> order(static_cast<std::size_t>(p));
     for (int r = 0; r < p; ++r) {
@@ -181,6 +215,7 @@ struct zb_h1 {
   [[nodiscard]] static schedule generate(pipeline_shape const& shape) {
     detail::check_common(shape, name);
     detail::check_one_chunk(shape, name);
+    detail::check_no_group(shape, name);
     std::vector<std::vector<action>> order(static_cast<std::size_t>(shape.stages));
     for (int r = 0; r < shape.stages; ++r) {
       auto& o = order[static_cast<std::size_t>(r)];
@@ -196,6 +231,84 @@ struct zb_h1 {
   }
 };
 static_assert(schedule_generator<zb_h1>);
+
+/// Interleaved zero bubble (PyTorch's ScheduleInterleavedZeroBubble, the ZB1P schedule of Qi et
+/// al. 2024): v chunks per rank, the backward split into I and W. Micro-batches go in rounds of
+/// m / max(1, m / p) per chunk; rank r runs (v - 1) * round + p - 1 - r warm-up forwards (capped
+/// at m·v), then one forward and one input gradient at a time, each followed, from the (r + 1)-th
+/// on, by the oldest pending weight gradient; the input gradients left, then the weight gradients
+/// left. With v = 1 it is zb_h1. Needs m a multiple of its number of rounds, as PyTorch does.
+struct interleaved_zb {
+  static constexpr std::string_view name = "interleaved_zb";
+  [[nodiscard]] static schedule generate(pipeline_shape const& shape) {
+    detail::check_common(shape, name);
+    detail::check_no_group(shape, name);
+    int const p = shape.stages, m = shape.microbatches, v = shape.chunks;
+    int const rounds = std::max(1, m / p);
+    expects(m % rounds == 0, "pipeline::interleaved_zb: microbatches (m) = ", m, " is not a multiple of its ", rounds,
+            " rounds (max(1, m / p) for p = ", p, "), expected m % rounds == 0 (PyTorch's rule)");
+    int const per_round = m / rounds;
+    int const total = m * v;
+    std::vector<std::vector<action>> order(static_cast<std::size_t>(p));
+    for (int r = 0; r < p; ++r) {
+      auto& o = order[static_cast<std::size_t>(r)];
+      int const warmup = std::min((v - 1) * per_round + p - 1 - r, total);
+      auto const fwd_stage = [&](int op) { return shape.virtual_stage(r, (op / per_round) % v); };
+      auto const bwd_stage = [&](int op) { return shape.virtual_stage(r, v - 1 - ((op - warmup) / per_round) % v); };
+      std::vector<int> fwd_next(static_cast<std::size_t>(shape.virtual_stages()), 0);
+      std::vector<int> bwd_next(fwd_next), w_next(fwd_next);
+      std::vector<int> backward_stages;  // the stage of each input gradient, in order
+      std::size_t weights = 0;
+      auto const forward = [&](int op) {
+        int const st = fwd_stage(op);
+        o.push_back(detail::compute(action_kind::forward, fwd_next[static_cast<std::size_t>(st)]++, st));
+      };
+      auto const input = [&](int op) {
+        int const st = bwd_stage(op);
+        o.push_back(detail::compute(action_kind::backward_input, bwd_next[static_cast<std::size_t>(st)]++, st));
+        backward_stages.push_back(st);
+      };
+      auto const weight = [&] {
+        int const st = backward_stages[weights++];
+        o.push_back(detail::compute(action_kind::backward_weight, w_next[static_cast<std::size_t>(st)]++, st));
+      };
+      for (int op = 0; op < warmup; ++op) forward(op);
+      for (int op = warmup; op < total; ++op) {  // one forward, one input gradient
+        forward(op);
+        input(op);
+        if (op - warmup >= r) weight();
+      }
+      for (int op = total; op < total + warmup; ++op) {  // cool-down: the input gradients left
+        input(op);
+        if (op - warmup >= r) weight();
+      }
+      while (weights < backward_stages.size()) weight();
+    }
+    return detail::lower(std::string(name), shape, order);
+  }
+};
+static_assert(schedule_generator<interleaved_zb>);
+
+/// Evaluation: forwards only (Megatron's forward_only, PyTorch's eval()), in the interleaved
+/// forward order (g micro-batches per chunk at a time, the last group taking what is left; with
+/// v = 1 simply micro-batch order). No micro-batch waits for a backward, so any m and any g >= 0
+/// run; the executor frees a forward's input and stash right after it.
+struct forward_only {
+  static constexpr std::string_view name = "forward_only";
+  [[nodiscard]] static schedule generate(pipeline_shape const& shape) {
+    detail::check_common(shape, name);
+    int const total = shape.microbatches * shape.chunks;
+    std::vector<std::vector<action>> order(static_cast<std::size_t>(shape.stages));
+    for (int r = 0; r < shape.stages; ++r)
+      for (int i = 0; i < total; ++i) {
+        auto const s = interleaved_1f1b::nth(shape, i, true);
+        order[static_cast<std::size_t>(r)].push_back(
+            detail::compute(action_kind::forward, s.microbatch, shape.virtual_stage(r, s.chunk)));
+      }
+    return detail::lower(std::string(name), shape, order, step_kind::evaluation);
+  }
+};
+static_assert(schedule_generator<forward_only>);
 
 /// Builds the schedule of generator G for `shape`.
 template <schedule_generator G>

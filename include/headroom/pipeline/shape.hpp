@@ -6,6 +6,7 @@
 // Virtual stage s in [0, p·v) lives on rank s mod p as chunk s / p (interleaved placement), so
 // consecutive virtual stages are always on neighbouring ranks and virtual stage 0 and the last
 // one are on ranks 0 and p − 1.
+#include <cstdint>
 #include <ostream>
 
 #include "headroom/core/error.hpp"
@@ -25,15 +26,28 @@ struct pipeline_shape {
   [[nodiscard]] constexpr int virtual_stage(int rank, int chunk) const noexcept { return chunk * stages + rank; }
   [[nodiscard]] constexpr bool is_last(int virtual_stage) const noexcept { return virtual_stage == virtual_stages() - 1; }
 
-  /// Throws invalid_argument unless p, m, v >= 1, g >= 0 and p·v fits an int; `who` prefixes
-  /// the message (the schedule or function that was given the shape).
+  /// Most virtual stages (p·v), micro-batch slots per rank (m·v) and (micro-batch, virtual
+  /// stage) pairs (m·p·v) a shape may have: every index stays an int, and a schedule's lists
+  /// (about six actions per pair) and the validator's table stay within a few GiB.
+  static constexpr std::int64_t max_virtual_stages = std::int64_t{1} << 20;
+  static constexpr std::int64_t max_slots = std::int64_t{1} << 24;
+  static constexpr std::int64_t max_pairs = std::int64_t{1} << 24;
+
+  /// Throws invalid_argument unless p, m, v >= 1 and g >= 0, and capacity_error when p·v, m·v
+  /// or m·p·v exceeds its limit above (the products are taken in 64 bits, so none can wrap);
+  /// `who` prefixes the message (the schedule or function that was given the shape).
   void check(char const* who) const {
     expects(stages >= 1, who, ": stages (p) = ", stages, ", expected >= 1");
     expects(microbatches >= 1, who, ": microbatches (m) = ", microbatches, ", expected >= 1");
     expects(chunks >= 1, who, ": chunks (v) = ", chunks, ", expected >= 1 model chunk per rank");
     expects(group >= 0, who, ": group (g) = ", group, ", expected >= 0 (0 means p)");
-    expects(stages <= (1 << 20) && chunks <= (1 << 20) && microbatches <= (1 << 24), who, ": shape p = ", stages,
-            ", v = ", chunks, ", m = ", microbatches, " is too large (p, v <= 2^20, m <= 2^24)");
+    std::int64_t const p = stages, m = microbatches, v = chunks;  // each < 2^31: products fit
+    expects<capacity_error>(p * v <= max_virtual_stages, who, ": p·v = ", p, " · ", v, " = ", p * v,
+                            " virtual stages, expected <= ", max_virtual_stages, " (2^20)");
+    expects<capacity_error>(m * v <= max_slots, who, ": m·v = ", m, " · ", v, " = ", m * v,
+                            " micro-batch slots per rank, expected <= ", max_slots, " (2^24)");
+    expects<capacity_error>(m * p * v <= max_pairs, who, ": m·p·v = ", m, " · ", p, " · ", v, " = ", m * p * v,
+                            " (micro-batch, virtual stage) pairs, expected <= ", max_pairs, " (2^24)");
   }
   /// Throws invalid_argument unless `rank` is in [0, p).
   void check_rank(int rank, char const* who) const {

@@ -5,6 +5,7 @@
 //     void forward(pipeline::forward_args<S> const& a);        // read a.input, write a.output and a.stash
 //     double loss(pipeline::loss_args<S> const& a);            // last stage: reduce a.output to a value
 //     void backward(pipeline::backward_args<S> const& a);      // write a.grad_input, accumulate weight grads
+//                                                              // (not needed for forward-only schedules)
 //     // zero-bubble schedules also need the two halves of backward:
 //     void backward_input(pipeline::backward_args<S> const& a);  // a.grad_input; save into a.weight_stash
 //     void backward_weight(pipeline::weight_args<S> const& a);   // weight grads from a.weight_stash
@@ -65,14 +66,17 @@ struct weight_args {
   Stream const& stream;
 };
 
+/// What an evaluation (forward-only) step needs: forward and loss.
 template <class T, class Stream>
-concept pipeline_stage = requires(T& t, forward_args<Stream> const& f, loss_args<Stream> const& l,
-                                  backward_args<Stream> const& b) {
+concept forward_stage = requires(T& t, forward_args<Stream> const& f, loss_args<Stream> const& l) {
   t.forward(f);
-  t.backward(b);
   requires !std::is_void_v<decltype(t.loss(l))>;
   requires std::movable<std::remove_cvref_t<decltype(t.loss(l))>>;
 };
+
+/// What a training step needs: forward, loss and backward.
+template <class T, class Stream>
+concept pipeline_stage = forward_stage<T, Stream> && requires(T& t, backward_args<Stream> const& b) { t.backward(b); };
 
 template <class T, class Stream>
 concept split_backward_stage = pipeline_stage<T, Stream> && requires(T& t, backward_args<Stream> const& b,
@@ -83,7 +87,7 @@ concept split_backward_stage = pipeline_stage<T, Stream> && requires(T& t, backw
 
 /// The type a stage's loss() returns.
 template <class T, class Stream>
-  requires pipeline_stage<T, Stream>
+  requires forward_stage<T, Stream>
 using loss_t = std::remove_cvref_t<decltype(std::declval<T&>().loss(std::declval<loss_args<Stream> const&>()))>;
 
 }  // namespace headroom::pipeline

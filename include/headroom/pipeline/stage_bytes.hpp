@@ -33,11 +33,12 @@ struct stage_bytes {
   }
 };
 
-/// Per-virtual-stage costs of a model split into p·v stages.
+/// Per-virtual-stage costs of a model split into p·v stages: the same for every micro-batch, or
+/// per micro-batch (packed sequences give every micro-batch its own token count).
 class model_bytes {
  public:
-  /// `stages[s]` for every virtual stage s.
-  explicit model_bytes(std::vector<stage_bytes> stages) : stages_(std::move(stages)) {
+  /// `stages[s]` for every virtual stage s, the same for every micro-batch.
+  explicit model_bytes(std::vector<stage_bytes> stages) : stages_(std::move(stages)), stage_count_(stages_.size()) {
     expects(!stages_.empty(), "pipeline::model_bytes: no stages, expected one entry per virtual stage");
   }
   /// The same costs on each of the shape's p·v virtual stages.
@@ -45,23 +46,59 @@ class model_bytes {
     shape.check("pipeline::model_bytes::uniform");
     return model_bytes(std::vector<stage_bytes>(static_cast<std::size_t>(shape.virtual_stages()), each));
   }
-
-  [[nodiscard]] int size() const noexcept { return static_cast<int>(stages_.size()); }
-  [[nodiscard]] stage_bytes const& operator[](int stage) const {
-    expects(stage >= 0 && stage < size(), "pipeline::model_bytes: virtual stage ", stage, " out of range [0, ", size(), ")");
-    return stages_[static_cast<std::size_t>(stage)];
+  /// `sizes[k][s]`: micro-batch k's costs on virtual stage s. Every micro-batch lists every
+  /// stage, and a stage's parameters are the same for all micro-batches (they do not move).
+  [[nodiscard]] static model_bytes per_microbatch(std::vector<std::vector<stage_bytes>> const& sizes) {
+    expects(!sizes.empty(), "pipeline::model_bytes::per_microbatch: no micro-batches, expected one list per micro-batch");
+    std::size_t const n = sizes.front().size();
+    std::vector<stage_bytes> flat;
+    for (std::size_t k = 0; k < sizes.size(); ++k) {
+      expects(sizes[k].size() == n, "pipeline::model_bytes::per_microbatch: micro-batch ", k, " lists ", sizes[k].size(),
+              " stages, micro-batch 0 lists ", n, "; expected the same for all");
+      for (std::size_t st = 0; st < n; ++st)
+        expects(sizes[k][st].parameters == sizes[0][st].parameters, "pipeline::model_bytes::per_microbatch: stage ", st,
+                " has parameters ", sizes[k][st].parameters, " for micro-batch ", k, " and ", sizes[0][st].parameters,
+                " for micro-batch 0; expected the same (parameters do not depend on the micro-batch)");
+      flat.insert(flat.end(), sizes[k].begin(), sizes[k].end());
+    }
+    model_bytes out(std::move(flat));
+    out.stage_count_ = n;
+    out.microbatches_ = static_cast<int>(sizes.size());
+    return out;
   }
-  /// Bytes of stage s's input (the previous stage's output; 0 for stage 0).
-  [[nodiscard]] std::size_t input(int stage) const { return stage == 0 ? 0 : (*this)[stage - 1].output; }
 
-  /// Throws invalid_argument unless there is one entry per virtual stage of `shape`.
+  /// Virtual stages.
+  [[nodiscard]] int size() const noexcept { return static_cast<int>(stage_count_); }
+  /// Micro-batches with their own sizes; 0 when the sizes are the same for all.
+  [[nodiscard]] int microbatches() const noexcept { return microbatches_; }
+  /// Micro-batch `microbatch`'s costs on `stage`.
+  [[nodiscard]] stage_bytes const& at(int stage, int microbatch) const {
+    expects(stage >= 0 && stage < size(), "pipeline::model_bytes: virtual stage ", stage, " out of range [0, ", size(), ")");
+    expects(microbatches_ == 0 || (microbatch >= 0 && microbatch < microbatches_), "pipeline::model_bytes: micro-batch ",
+            microbatch, " out of range [0, ", microbatches_, ")");
+    std::size_t const row = microbatches_ == 0 ? 0 : static_cast<std::size_t>(microbatch);
+    return stages_[row * stage_count_ + static_cast<std::size_t>(stage)];
+  }
+  /// Stage `stage`'s costs of micro-batch 0 (of every micro-batch when they are the same).
+  [[nodiscard]] stage_bytes const& operator[](int stage) const { return at(stage, 0); }
+  /// Bytes of stage s's input (the previous stage's output; 0 for stage 0).
+  [[nodiscard]] std::size_t input(int stage, int microbatch = 0) const {
+    return stage == 0 ? 0 : at(stage - 1, microbatch).output;
+  }
+
+  /// Throws invalid_argument unless there is one entry per virtual stage of `shape` (and one
+  /// list per micro-batch when the sizes are per micro-batch).
   void check(pipeline_shape const& shape, char const* who) const {
     expects(size() == shape.virtual_stages(), who, ": model_bytes has ", size(), " stages, expected p·v = ",
             shape.virtual_stages(), " (", shape, ")");
+    expects(microbatches_ == 0 || microbatches_ == shape.microbatches, who, ": model_bytes has sizes for ", microbatches_,
+            " micro-batches, expected m = ", shape.microbatches, " (", shape, ")");
   }
 
  private:
-  std::vector<stage_bytes> stages_;
+  std::vector<stage_bytes> stages_;  // micro-batch-major when per micro-batch
+  std::size_t stage_count_;
+  int microbatches_ = 0;
 };
 
 }  // namespace headroom::pipeline

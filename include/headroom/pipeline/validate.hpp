@@ -5,7 +5,8 @@
 //   1. every action is in range: micro-batch in [0, m), its virtual stage lives on this rank,
 //      a transfer names the rank of the neighbouring stage as its peer;
 //   2. every (micro-batch, stage) of a rank runs forward exactly once and then either one
-//      backward or one backward_input followed by one backward_weight;
+//      backward or one backward_input followed by one backward_weight; in an evaluation
+//      (forward-only) schedule, forward only, and no action computes or moves a gradient;
 //   3. data flows: the input arrives (recv_forward) before the forward that reads it, the output
 //      leaves (send_forward) after the forward that makes it, and the same for gradients;
 //   4. played against each other under blocking send/recv (a send completes only with its
@@ -44,6 +45,7 @@ namespace detail {
   auto const list = s.actions(rank);
   int const vs = shape.virtual_stages();
   std::string const head = concat("pipeline::validate(", s.name(), ", ", shape, "): rank ", rank, ' ');
+  bool const eval = s.forward_only();
   constexpr std::size_t kinds = 8;
   std::vector<std::array<long, kinds>> at(static_cast<std::size_t>(shape.microbatches) * static_cast<std::size_t>(vs));
   for (auto& row : at) row.fill(-1);
@@ -54,6 +56,8 @@ namespace detail {
     if (a.microbatch < 0 || a.microbatch >= shape.microbatches)
       return bad("micro-batch ", a.microbatch, " out of range [0, ", shape.microbatches, ")");
     if (a.stage < 0 || a.stage >= vs) return bad("virtual stage ", a.stage, " out of range [0, ", vs, ")");
+    if (eval && a.kind != action_kind::forward && a.kind != action_kind::send_forward && a.kind != action_kind::recv_forward)
+      return bad("a gradient action in a forward-only (evaluation) schedule");
     if (shape.rank_of(a.stage) != rank)
       return bad("virtual stage ", a.stage, " lives on rank ", shape.rank_of(a.stage), ", not on this one");
     if (is_compute(a.kind) && a.peer != -1) return bad("a computation has peer ", a.peer, ", expected -1");
@@ -80,6 +84,17 @@ namespace detail {
       long const bw = when(action_kind::backward_weight);
       long const input_grad = b >= 0 ? b : bi;
       if (f < 0) return bad("no forward");
+      if (eval) {
+        bool const first = st == 0;
+        bool const last = st == vs - 1;
+        long const rf = when(action_kind::recv_forward);
+        long const sf = when(action_kind::send_forward);
+        if (!first && rf < 0) return bad("no recv_forward");
+        if (!first && rf > f) return bad("recv_forward at action ", rf, " after the computation at action ", f, " that needs it");
+        if (!last && sf < 0) return bad("no send_forward");
+        if (!last && sf < f) return bad("send_forward at action ", sf, " before the computation at action ", f, " that makes it");
+        continue;
+      }
       if (b >= 0 && (bi >= 0 || bw >= 0)) return bad("both a backward and a split backward");
       if (b < 0 && (bi < 0 || bw < 0)) return bad("no backward (or a split backward without both halves)");
       if (input_grad < f) return bad("backward at action ", input_grad, " before its forward at action ", f);

@@ -63,18 +63,37 @@ struct frame {
   [[nodiscard]] constexpr bool empty() const noexcept { return line == 0; }
 };
 
-struct event {
+/// One event, one cache line. The frame is stored flat (where() rebuilds it) so that the
+/// action and flags fit in the frame's padding.
+struct alignas(64) event {
+  /// flags: what the recorder knew when it recorded the event.
+  static constexpr std::uint8_t deferred = 1;   ///< free_completed of a block whose free was requested earlier
+  static constexpr std::uint8_t untracked = 2;  ///< alloc the full live table could not hold
+  static constexpr std::uint8_t synthetic = 4;  ///< added by take_snapshot: a block live when the step began
+
   std::uint64_t addr = 0;
   std::uint64_t size = 0;
-  std::uint64_t stream = 0;   ///< 0 = default stream; else the stream handle's bits
-  std::int64_t time_ns = 0;   ///< steady clock, nanoseconds
+  std::uint64_t stream = 0;  ///< 0 = default stream; else the stream handle's bits
+  /// Recorded: ticks() (or a sequence number without timestamps); in a snapshot: Unix-epoch ns.
+  std::int64_t time = 0;
   category what{};
-  frame where{};
+  char const* filename = "";
+  char const* function = "";
+  std::uint32_t line = 0;
   action kind = action::alloc;
+  std::uint8_t flags = 0;
+
+  [[nodiscard]] constexpr frame where() const noexcept { return {filename, function, line}; }
+  constexpr void set_where(frame const& f) noexcept {
+    filename = f.filename;
+    function = f.function;
+    line = f.line;
+  }
 };
 static_assert(std::is_trivially_copyable_v<event>);
+static_assert(sizeof(event) == 64);
 
-/// Nanoseconds on the steady clock: the time base of every event.
+/// Nanoseconds on the steady clock (unique names for files and directories).
 [[nodiscard]] inline std::int64_t now_ns() noexcept {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();

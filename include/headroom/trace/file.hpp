@@ -36,24 +36,35 @@ inline void require_writable_directory(std::filesystem::path const& dir) {
   std::filesystem::remove(probe, ec);
 }
 
-/// Writes `bytes` to `<path>.partial`, then renames it to `path`.
+/// Writes `bytes` to `<path>.partial`, then renames it to `path`. On any failure (the disk is
+/// full, a file size limit, the directory vanished) the partial file is removed and
+/// invalid_argument names the file and the OS reason: no half-written file is ever left.
 inline void write_file_atomically(std::filesystem::path const& path, std::string_view bytes) {
   auto partial = path;
   partial += ".partial";
+  struct remove_unless_renamed {
+    std::filesystem::path const& p;
+    bool renamed = false;
+    ~remove_unless_renamed() {
+      std::error_code ec;
+      if (!renamed) std::filesystem::remove(p, ec);
+    }
+  } guard{partial};
   {
     std::ofstream f(partial, std::ios::binary | std::ios::trunc);
     expects(f.good(), "trace: cannot create '", partial.string(), "': ", std::strerror(errno));
     f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     f.flush();
+    int const write_errno = errno;
     expects(f.good(), "trace: writing ", bytes.size(), " bytes to '", partial.string(), "' failed: ",
-            std::strerror(errno));
+            std::strerror(write_errno));
+    f.close();
+    expects(!f.fail(), "trace: closing '", partial.string(), "' failed: ", std::strerror(errno));
   }
   std::error_code ec;
   std::filesystem::rename(partial, path, ec);
-  if (ec) {
-    std::filesystem::remove(partial, ec);
-    expects(false, "trace: cannot rename '", partial.string(), "' to '", path.string(), "': ", ec.message());
-  }
+  expects(!ec, "trace: cannot rename '", partial.string(), "' to '", path.string(), "': ", ec.message());
+  guard.renamed = true;
 }
 
 }  // namespace headroom::trace

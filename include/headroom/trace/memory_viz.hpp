@@ -5,10 +5,11 @@
 //                  stream, segment_type, segment_pool_id, is_expandable, frames,
 //                  blocks: [{address, size, requested_size, state, frames}]}],
 //    "device_traces": [[{action, addr, size, stream, time_us, frames, category}]],   // per device
-//    "allocator_settings": {}, "headroom": {dropped_events, untracked_blocks, ...}}
-// Frees are emitted as free_completed (optionally after free_requested), as the viewer pairs
-// allocs with them. When events carry categories, one event has category "unknown": the
-// viewer's annotate_snapshot misspells `categores` when adding it itself and throws.
+//    "allocator_settings": {trace_alloc_max_entries, trace_alloc_overflowed},
+//    "headroom": {dropped_events, untracked_blocks, overlapping_blocks, synthetic_allocs, ...}}
+// time_us is Unix-epoch microseconds, as PyTorch's. When events carry categories, one event has
+// category "unknown": the viewer's annotate_snapshot misspells `categores` when adding it
+// itself and throws.
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -38,16 +39,15 @@ inline void write_frames(pickle_writer& w, frame const& f) {
   w.end_list();
 }
 
-inline void write_event(pickle_writer& w, event const& e, std::int64_t time_origin_ns, std::string_view action,
-                        category what) {
+inline void write_event(pickle_writer& w, event const& e, std::string_view action, category what) {
   w.begin_dict();
   w.item("action", action);
   w.item("addr", e.addr);
   w.item("size", e.size);
   w.item("stream", e.stream);
-  w.item("time_us", (e.time_ns - time_origin_ns) / 1000);
+  w.item("time_us", e.time / 1000);
   w.key("frames");
-  write_frames(w, e.where);
+  write_frames(w, e.where());
   w.item("category", what.view());
   w.end_dict();
 }
@@ -102,25 +102,27 @@ inline void write_segment(pickle_writer& w, snapshot_segment const& s, int devic
     w.end_list();
   }
   w.begin_list();
-  std::int64_t const origin = s.trace.empty() ? 0 : s.trace.front().time_ns;
   bool has_unknown = false;
   for (auto const& e : s.trace) {
     has_unknown = has_unknown || e.what == categories::unknown;
-    detail::write_event(w, e, origin, action_name(e.kind), e.what);
+    detail::write_event(w, e, action_name(e.kind), e.what);
   }
   if (!s.trace.empty() && !has_unknown) {
     // A "snapshot" marker: ignored by the timelines, it carries the "unknown" category.
     event marker = s.trace.back();
     marker.addr = 0;
     marker.size = 0;
-    marker.where = {};
-    detail::write_event(w, marker, origin, "snapshot", categories::unknown);
+    marker.set_where({});
+    detail::write_event(w, marker, "snapshot", categories::unknown);
   }
   w.end_list();
   w.end_list();
 
+  // What PyTorch writes about its ring: a viewer can warn that older events were overwritten.
   w.key("allocator_settings");
   w.begin_dict();
+  w.item("trace_alloc_max_entries", s.max_entries);
+  w.item("trace_alloc_overflowed", s.dropped > 0);
   w.end_dict();
 
   w.key("headroom");
@@ -128,6 +130,7 @@ inline void write_segment(pickle_writer& w, snapshot_segment const& s, int devic
   w.item("dropped_events", s.dropped);
   w.item("untracked_blocks", s.untracked);
   w.item("overlapping_blocks", s.overlapping);
+  w.item("synthetic_allocs", s.synthetic);
   for (auto const& [k, v] : labels) w.item(k, v);
   w.end_dict();
   w.end_dict();

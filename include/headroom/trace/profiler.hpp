@@ -12,9 +12,13 @@
 //     prof.end_step(step);                    // step 3: snapshots/step_3.dp0.pp1.tp0.cp1.pickle (+ .svg)
 //   }
 //
+// A step number that comes round again (a loop that restarts its counter) is written as
+// step_3-2.<coords>.pickle, step_3-3..., never over the earlier file.
+//
 // The recorder tracks live blocks in every step, so the snapshot of a profiled step shows the
 // blocks that were live when it began.
 #include <algorithm>
+#include <map>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -29,6 +33,7 @@
 #include "headroom/trace/recorder.hpp"
 #include "headroom/trace/snapshot.hpp"
 #include "headroom/trace/svg.hpp"
+#include "headroom/trace/take_snapshot.hpp"
 #include "headroom/trace/timeline.hpp"
 
 namespace headroom::trace {
@@ -54,10 +59,12 @@ struct profiler_config {
 /// What end_step wrote.
 struct step_snapshot {
   std::int64_t step = 0;
+  int occurrence = 1;               ///< 2, 3... when this step number was profiled before
   std::filesystem::path pickle;
   std::filesystem::path svg;        ///< empty unless write_svg
   std::size_t events = 0;           ///< events in the trace (segment events added included)
   std::uint64_t dropped = 0;        ///< older events lost to the ring; raise max_entries to keep them
+  std::uint64_t untracked = 0;      ///< blocks left out because the live table was full; raise max_live
   std::uint64_t peak_active_bytes = 0;  ///< most bytes held by live blocks during the step
   std::uint64_t active_bytes = 0;   ///< held by live blocks at the end of the step
   std::uint64_t reserved_bytes = 0; ///< in live segments at the end of the step
@@ -111,11 +118,20 @@ class profiler {
     return write(step);
   }
 
-  /// The pickle's path for `step`: <output_dir>/step_<n>.<axis><index>....pickle
-  [[nodiscard]] std::filesystem::path snapshot_path(std::int64_t step, char const* extension = ".pickle") const {
+  /// The pickle's path for `step`: <output_dir>/step_<n>.<axis><index>....pickle; for the k-th
+  /// time the same step number is profiled (k >= 2), step_<n>-<k>.<axis><index>....pickle.
+  [[nodiscard]] std::filesystem::path snapshot_path(std::int64_t step, char const* extension = ".pickle",
+                                                    int occurrence = 1) const {
     std::string name = "step_" + std::to_string(step);
+    if (occurrence > 1) name += "-" + std::to_string(occurrence);
     for (auto const& c : config_.coordinates) name += "." + c.axis + std::to_string(c.index);
     return config_.output_dir / (name + extension);
+  }
+  /// "dp0 pp1 tp0 cp1": the rank's coordinates, as in SVG titles.
+  [[nodiscard]] std::string coordinates_text() const {
+    std::string text;
+    for (auto const& c : config_.coordinates) text += (text.empty() ? "" : " ") + c.axis + std::to_string(c.index);
+    return text;
   }
 
  private:
@@ -136,14 +152,27 @@ class profiler {
 
   step_snapshot write(std::int64_t step) {
     snapshot const s = take_snapshot(recorder_);
-    snapshot_labels labels{{"step", std::to_string(step)}};
+    int const occurrence = written_[step] + 1;
+    snapshot_labels labels{{"step", std::to_string(step)}, {"occurrence", std::to_string(occurrence)}};
     for (auto const& c : config_.coordinates) labels.emplace_back(c.axis, std::to_string(c.index));
-    step_snapshot out{step,     snapshot_path(step),          {}, s.trace.size(), s.dropped, make_active_timeline(s).peak,
-                      s.active_bytes(), s.reserved_bytes()};
+    step_snapshot out;
+    out.step = step;
+    out.occurrence = occurrence;
+    out.pickle = snapshot_path(step, ".pickle", occurrence);
+    out.events = s.trace.size();
+    out.dropped = s.dropped;
+    out.untracked = s.untracked;
+    out.peak_active_bytes = make_active_timeline(s).peak;
+    out.active_bytes = s.active_bytes();
+    out.reserved_bytes = s.reserved_bytes();
     write_file_atomically(out.pickle, to_memory_viz(s, labels));
+    ++written_[step];  // a failed write leaves the name free
     if (config_.write_svg) {
-      out.svg = snapshot_path(step, ".svg");
-      write_file_atomically(out.svg, to_svg(s, "Active Memory Timeline, step " + std::to_string(step)));
+      out.svg = snapshot_path(step, ".svg", occurrence);
+      std::string title = "Active Memory Timeline, step " + std::to_string(step);
+      if (occurrence > 1) title += " (" + std::to_string(occurrence) + ")";
+      if (!config_.coordinates.empty()) title += ", " + coordinates_text();
+      write_file_atomically(out.svg, to_svg(s, title));
     }
     return out;
   }
@@ -152,6 +181,7 @@ class profiler {
   trace::recorder<Policy> recorder_;
   std::optional<std::int64_t> open_;
   bool profiling_ = false;
+  std::map<std::int64_t, int> written_;  // files written per step number
 };
 
 }  // namespace headroom::trace

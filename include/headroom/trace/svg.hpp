@@ -1,8 +1,10 @@
 #pragma once
 // to_svg: the Active Memory Timeline of a snapshot as a self-contained SVG (no script, no
 // fonts beyond the generic family), for people who do not have PyTorch at hand. Categories are
-// stacked areas in the viewer's palette (d3 Tableau10); x is the alloc / free event index.
+// stacked areas in the viewer's palette (d3 schemeTableau10) and category order, so a category
+// has the colour the viewer gives it; x is the alloc / free event index.
 #include <algorithm>
+#include <cmath>
 #include <array>
 #include <cstdint>
 #include <cstdio>
@@ -33,13 +35,58 @@ inline std::string escape_xml(std::string_view s) {
   }
   return out;
 }
+/// Tick positions for an axis from 0 to at least `peak`: `step` a round number (1, 2, 2.5 or 5
+/// times a power of ten) of `unit`, `top` the first multiple of it at or above peak. unit is 1
+/// for event counts, the binary unit of the peak for bytes (label "GiB", ...).
+struct axis_ticks {
+  double unit = 1;
+  char const* unit_name = "";
+  double step = 1;
+  double top = 1;
+};
+
+[[nodiscard]] inline axis_ticks nice_ticks(double peak, bool bytes, int target_ticks = 5) {
+  axis_ticks t;
+  if (bytes) {
+    constexpr std::array<char const*, 5> names{"B", "KiB", "MiB", "GiB", "TiB"};
+    std::size_t u = 0;
+    while (u + 1 < names.size() && peak >= 1024.0 * t.unit) {
+      t.unit *= 1024.0;
+      ++u;
+    }
+    t.unit_name = names[u];
+  }
+  double const v = peak / t.unit;
+  if (!(v > 0)) return t;  // an empty axis: one tick, 0
+  double const raw = v / target_ticks;
+  double const magnitude = std::pow(10.0, std::floor(std::log10(raw)));
+  t.step = 10 * magnitude;
+  for (double m : {1.0, 2.0, 2.5, 5.0}) {
+    if (m * magnitude >= raw) {
+      t.step = m * magnitude;
+      break;
+    }
+  }
+  if (!bytes || t.unit == 1) t.step = std::max(1.0, std::round(t.step));  // whole events, whole bytes
+  t.top = std::ceil(v / t.step - 1e-9) * t.step;
+  return t;
+}
+
+inline std::string tick_label(double value, char const* unit_name) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%g%s%s", value, *unit_name != '\0' ? " " : "", unit_name);
+  return buf;
+}
+
 }  // namespace detail
 
+/// The Active Memory Timeline of `s`: categories stacked in the viewer's order and colours,
+/// y ticks at round byte values, x ticks at round event indices, the legend beside the plot.
 /// At most `max_points` x positions are drawn; each keeps the peak of the events it covers.
 [[nodiscard]] inline std::string to_svg(snapshot const& s, std::string_view title = "Active Memory Timeline",
                                         std::size_t max_points = 2000) {
   auto const t = make_active_timeline(s);
-  constexpr double width = 1024, height = 576, left = 90, right = 20, top = 40, bottom = 40;
+  constexpr double width = 1024, height = 576, left = 80, right = 170, top = 44, bottom = 50;
   double const plot_w = width - left - right, plot_h = height - top - bottom;
   std::size_t const n = t.bytes.size();
   std::size_t const buckets = std::max<std::size_t>(1, std::min(n, std::max<std::size_t>(max_points, 1)));
@@ -53,9 +100,13 @@ inline std::string escape_xml(std::string_view s) {
     }
     picks.push_back(best);
   }
-  double const ymax = t.peak == 0 ? 1.0 : static_cast<double>(t.peak);
+  auto const yt = detail::nice_ticks(static_cast<double>(t.peak), true);
+  auto const xt = detail::nice_ticks(static_cast<double>(n > 0 ? n - 1 : 0), false, 8);
+  double const ymax = t.peak == 0 ? 1.0 : yt.top * yt.unit;
   auto x_of = [&](std::size_t k) { return left + plot_w * (static_cast<double>(k) / static_cast<double>(buckets)); };
+  auto x_of_event = [&](double i) { return left + plot_w * (i / static_cast<double>(std::max<std::size_t>(n, 1))); };
   auto y_of = [&](double v) { return top + plot_h * (1.0 - v / ymax); };
+  auto colour = [](std::size_t c) { return detail::tableau10[c % detail::tableau10.size()]; };
 
   std::ostringstream o;
   o.setf(std::ios::fixed);
@@ -63,11 +114,18 @@ inline std::string escape_xml(std::string_view s) {
   o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
     << "\" viewBox=\"0 0 " << width << ' ' << height << "\" font-family=\"sans-serif\" font-size=\"11\">\n"
     << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-    << "<text x=\"" << left << "\" y=\"22\" font-size=\"14\">" << detail::escape_xml(title) << " (device " << s.device
-    << ", peak " << format_bytes(t.peak) << ", " << n - 1 << " alloc/free events";
+    << "<text x=\"" << left << "\" y=\"18\" font-size=\"14\">" << detail::escape_xml(title) << "</text>\n"
+    << "<text x=\"" << left << "\" y=\"34\">device " << s.device << ", peak " << format_bytes(t.peak) << ", "
+    << (n > 0 ? n - 1 : 0) << " alloc/free events";
   if (s.dropped > 0) o << ", " << s.dropped << " older events dropped";
-  o << ")</text>\n";
-  // Stacked areas, bottom category first; each a step polygon over the picked points.
+  if (s.untracked > 0) o << ", " << s.untracked << " blocks left out (live table full)";
+  o << "</text>\n";
+  // Grid lines under the data, then the stacked areas (bottom category first).
+  for (double v = 0; t.peak > 0 && v <= yt.top + 1e-9; v += yt.step) {
+    double const y = y_of(v * yt.unit);
+    o << "<line x1=\"" << left << "\" y1=\"" << y << "\" x2=\"" << left + plot_w << "\" y2=\"" << y
+      << "\" stroke=\"#e0e0e0\"/>\n";
+  }
   for (std::size_t c = 0; c < t.categories.size(); ++c) {
     std::ostringstream lo, up;
     for (auto* os : {&lo, &up}) {
@@ -84,25 +142,38 @@ inline std::string escape_xml(std::string_view s) {
       for (std::size_t j = 0; j <= c; ++j) upto += static_cast<double>(t.bytes[picks[k]][j]);
       up << x_of(k + 1) << ',' << y_of(upto) << ' ' << x_of(k) << ',' << y_of(upto) << ' ';
     }
-    o << "<polygon fill=\"" << detail::tableau10[c % detail::tableau10.size()] << "\" points=\"" << lo.str()
-      << up.str() << "\"><title>" << detail::escape_xml(t.categories[c]) << "</title></polygon>\n";
+    o << "<polygon fill=\"" << colour(c) << "\" points=\"" << lo.str() << up.str() << "\"><title>"
+      << detail::escape_xml(t.categories[c]) << "</title></polygon>\n";
   }
-  // Axes, ticks, legend.
+  if (t.peak == 0) {
+    o << "<text x=\"" << left + plot_w / 2 << "\" y=\"" << top + plot_h / 2
+      << "\" text-anchor=\"middle\" fill=\"#666\">no memory held by blocks in this trace</text>\n";
+  }
+  // Axes and ticks.
   o << "<line x1=\"" << left << "\" y1=\"" << top << "\" x2=\"" << left << "\" y2=\"" << top + plot_h
     << "\" stroke=\"black\"/>\n<line x1=\"" << left << "\" y1=\"" << top + plot_h << "\" x2=\"" << left + plot_w
     << "\" y2=\"" << top + plot_h << "\" stroke=\"black\"/>\n";
-  for (int i = 0; i <= 4; ++i) {
-    double const v = ymax * i / 4.0;
-    o << "<text x=\"" << left - 6 << "\" y=\"" << y_of(v) + 4 << "\" text-anchor=\"end\">"
-      << format_bytes(static_cast<std::uint64_t>(v)) << "</text>\n";
+  for (double v = 0; v <= (t.peak > 0 ? yt.top : 0) + 1e-9; v += yt.step) {
+    double const y = y_of(v * yt.unit);
+    o << "<line x1=\"" << left - 4 << "\" y1=\"" << y << "\" x2=\"" << left << "\" y2=\"" << y
+      << "\" stroke=\"black\"/><text x=\"" << left - 6 << "\" y=\"" << y + 4 << "\" text-anchor=\"end\">"
+      << detail::tick_label(v, yt.unit_name) << "</text>\n";
+  }
+  for (double i = 0; i <= xt.top + 1e-9 && i <= static_cast<double>(n > 0 ? n - 1 : 0) + 1e-9; i += xt.step) {
+    double const x = x_of_event(i);
+    o << "<line x1=\"" << x << "\" y1=\"" << top + plot_h << "\" x2=\"" << x << "\" y2=\"" << top + plot_h + 4
+      << "\" stroke=\"black\"/><text x=\"" << x << "\" y=\"" << top + plot_h + 16 << "\" text-anchor=\"middle\">"
+      << detail::tick_label(i, "") << "</text>\n";
   }
   o << "<text x=\"" << left + plot_w / 2 << "\" y=\"" << height - 10
     << "\" text-anchor=\"middle\">alloc / free event</text>\n";
+  // Legend, right of the plot: it never covers data.
+  double const lx = left + plot_w + 16;
   for (std::size_t c = 0; c < t.categories.size(); ++c) {
-    double const y = top + 8 + 15.0 * static_cast<double>(c);
-    o << "<rect x=\"" << left + 10 << "\" y=\"" << y << "\" width=\"10\" height=\"10\" fill=\""
-      << detail::tableau10[c % detail::tableau10.size()] << "\"/><text x=\"" << left + 26 << "\" y=\"" << y + 9
-      << "\">" << detail::escape_xml(t.categories[c]) << "</text>\n";
+    double const y = top + 15.0 * static_cast<double>(c);
+    o << "<rect x=\"" << lx << "\" y=\"" << y << "\" width=\"10\" height=\"10\" fill=\"" << colour(c)
+      << "\"/><text x=\"" << lx + 16 << "\" y=\"" << y + 9 << "\">" << detail::escape_xml(t.categories[c])
+      << "</text>\n";
   }
   o << "</svg>\n";
   return o.str();

@@ -15,7 +15,9 @@
 namespace headroom::trace {
 
 struct active_timeline {
-  std::vector<std::string_view> categories;      ///< order of first appearance
+  /// In the viewer's order (first appearance among all events, "unknown" included), so that
+  /// category i has the viewer's colour i.
+  std::vector<std::string_view> categories;
   std::vector<std::vector<std::uint64_t>> bytes;  ///< bytes[point][category]
   std::uint64_t peak = 0;                         ///< largest total over the points
 
@@ -42,6 +44,7 @@ struct active_timeline {
   std::map<std::uint64_t, held> live;     // allocated in the trace, not freed yet
   std::set<std::uint64_t> allocated;      // addresses with an alloc in the trace
   std::vector<std::uint64_t> now;
+  for (auto const& e : s.trace) (void)index_of(e.what);
   auto add = [&](std::size_t cat, std::uint64_t n, bool plus) {
     if (now.size() <= cat) now.resize(cat + 1, 0);
     now[cat] = plus ? now[cat] + n : (now[cat] >= n ? now[cat] - n : 0);

@@ -1,10 +1,12 @@
 // headroom::pipeline from Python: schedule generators, hand-written schedules, the validator,
-// timelines, the memory model (per-rank peak for each output retention) and PyTorch pipelining's
-// action format both ways. python/headroom/pipeline.py is the Pythonic layer.
+// timelines, the memory model (per-rank peak for each output retention and output lifetime, sizes
+// per virtual stage or per micro-batch) and PyTorch pipelining's action format both ways.
+// python/headroom/pipeline.py is the Pythonic layer.
 #include <nanobind/nanobind.h>
 #include <nanobind/operators.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/variant.h>
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
@@ -12,11 +14,14 @@
 #include <sstream>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "bindings.hpp"
 #include "convert.hpp"
+#include "headroom/pipeline/fingerprint.hpp"
 #include "headroom/pipeline/memory_model.hpp"
+#include "headroom/pipeline/output_lifetime.hpp"
 #include "headroom/pipeline/pytorch_format.hpp"
 #include "headroom/pipeline/schedules.hpp"
 #include "headroom/pipeline/timeline.hpp"
@@ -93,20 +98,76 @@ std::vector<std::vector<std::string>> string_rows(nb::handle h) {
 }
 
 schedule generate(str_arg kind, pipeline_shape const& shape) {
-  switch (as_choice(kind, "schedule kind", {"gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1"})) {
-    case 0: return make_schedule<gpipe>(shape);
-    case 1: return make_schedule<one_f_one_b>(shape);
-    case 2: return make_schedule<interleaved_1f1b>(shape);
-    default: return make_schedule<zb_h1>(shape);
+  switch (as_choice(kind, "schedule kind",
+                    {"gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1", "interleaved_zb", "forward_only"})) {
+    case 0:
+      return make_schedule<gpipe>(shape);
+    case 1:
+      return make_schedule<one_f_one_b>(shape);
+    case 2:
+      return make_schedule<interleaved_1f1b>(shape);
+    case 3:
+      return make_schedule<zb_h1>(shape);
+    case 4:
+      return make_schedule<interleaved_zb>(shape);
+    default:
+      return make_schedule<forward_only>(shape);
   }
 }
 
-memory_plan predict(schedule const& s, model_bytes const& bytes, str_arg retention) {
+template <output_lifetime O>
+memory_plan predict(schedule const& s, model_bytes const& bytes, str_arg retention, O lifetime) {
   switch (as_choice(retention, "retention", {"all", "reduced", "none"})) {
-    case 0: return predict_memory(s, bytes, retention::all{});
-    case 1: return predict_memory(s, bytes, retention::reduced{});
-    default: return predict_memory(s, bytes, retention::none{});
+    case 0:
+      return predict_memory(s, bytes, retention::all{}, lifetime);
+    case 1:
+      return predict_memory(s, bytes, retention::reduced{}, lifetime);
+    default:
+      return predict_memory(s, bytes, retention::none{}, lifetime);
   }
+}
+
+memory_plan predict(schedule const& s, model_bytes const& bytes, str_arg retention, str_arg outputs) {
+  if (as_choice(outputs, "outputs", {"freed_when_sent", "kept_until_backward"}) == 0)
+    return predict(s, bytes, retention, outputs::freed_when_sent{});
+  return predict(s, bytes, retention, outputs::kept_until_backward{});
+}
+
+/// One StageBytes per virtual stage (`what` names the list in messages).
+std::vector<stage_bytes> stage_list(nb::handle h, std::string const& what) {
+  if (!PySequence_Check(h.ptr()) || nb::isinstance<nb::str>(h))
+    throw nb::type_error(
+        headroom::detail::concat(what, " = ", repr_of(h), "; expected a list of one StageBytes per virtual stage")
+            .c_str());
+  std::vector<stage_bytes> v;
+  std::size_t i = 0;
+  for (nb::handle b : h) {
+    if (!nb::isinstance<stage_bytes>(b))
+      throw nb::type_error(
+          headroom::detail::concat(what, "[", i, "] = ", repr_of(b), "; expected a StageBytes").c_str());
+    v.push_back(nb::cast<stage_bytes>(b));
+    ++i;
+  }
+  return v;
+}
+
+/// A StageBytes for every stage, a list of one per virtual stage, or a list of such lists, one
+/// per micro-batch (packed sequences: each micro-batch its own sizes).
+model_bytes model_bytes_of(schedule const& s, nb::handle h) {
+  if (nb::isinstance<stage_bytes>(h)) return model_bytes::uniform(s.shape(), nb::cast<stage_bytes>(h));
+  if (!PySequence_Check(h.ptr()) || nb::isinstance<nb::str>(h))
+    throw nb::type_error(headroom::detail::concat("stage bytes = ", repr_of(h),
+                                                  "; expected a StageBytes, a list of one per virtual stage or a list "
+                                                  "of such lists, one per micro-batch")
+                             .c_str());
+  nb::sequence seq = nb::borrow<nb::sequence>(h);
+  if (nb::len(seq) > 0 && !nb::isinstance<stage_bytes>(seq[0])) {
+    std::vector<std::vector<stage_bytes>> rows;
+    for (nb::handle row : seq)
+      rows.push_back(stage_list(row, headroom::detail::concat("stage bytes[", rows.size(), "]")));
+    return model_bytes::per_microbatch(rows);
+  }
+  return model_bytes(stage_list(h, "stage bytes"));
 }
 
 std::optional<pipeline_shape> optional_shape(nb::handle h) {
@@ -159,10 +220,12 @@ void bind_pipeline(nb::module_& m) {
       .def(
           "__init__",
           [](schedule* self, std::string name, pipeline_shape const& shape,
-             nb::typed<nb::handle, std::vector<std::vector<action>>> ranks) {
-            new (self) schedule(std::move(name), shape, rank_lists(ranks, "ranks"));
+             nb::typed<nb::handle, std::vector<std::vector<action>>> ranks, bool forward_only) {
+            new (self) schedule(std::move(name), shape, rank_lists(ranks, "ranks"),
+                                forward_only ? step_kind::evaluation : step_kind::training);
           },
-          nb::arg("name"), nb::arg("shape"), nb::arg("ranks"))
+          nb::arg("name"), nb::arg("shape"), nb::arg("ranks"), nb::kw_only(), nb::arg("forward_only") = false,
+          "forward_only: an evaluation step (forwards only; validate() refuses any gradient action).")
       .def_prop_ro("name", &schedule::name)
       .def_prop_ro("shape", [](schedule const& s) { return s.shape(); })
       .def_prop_ro("ranks", [](schedule const& s) { return s.ranks(); })
@@ -174,6 +237,7 @@ void bind_pipeline(nb::module_& m) {
           },
           nb::arg("rank"))
       .def("splits_backward", &schedule::splits_backward)
+      .def_prop_ro("forward_only", &schedule::forward_only, "An evaluation schedule: forwards only.")
       .def(nb::self == nb::self)
       .def("__str__", [](schedule const& s) { return printed(s); })
       .def("__repr__", [](schedule const& s) { return "Schedule('" + s.name() + "', " + printed(s.shape()) + ")"; });
@@ -182,8 +246,10 @@ void bind_pipeline(nb::module_& m) {
       "make_schedule",
       [](str_arg kind, int_arg p, int_arg mb, int_arg v, int_arg g) { return generate(kind, shape_of(p, mb, v, g)); },
       nb::arg("kind"), nb::arg("stages"), nb::arg("microbatches"), nb::arg("chunks") = 1, nb::arg("group") = 0,
-      "gpipe, one_f_one_b, interleaved_1f1b or zb_h1 for the shape.");
-  sub.attr("schedule_kinds") = nb::make_tuple("gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1");
+      "gpipe, one_f_one_b, interleaved_1f1b, zb_h1, interleaved_zb or forward_only (evaluation) for the shape.");
+  sub.attr("schedule_kinds") =
+      nb::make_tuple("gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1", "interleaved_zb", "forward_only");
+  sub.attr("output_lifetimes") = nb::make_tuple("freed_when_sent", "kept_until_backward");
   sub.def(
       "place_transfers",
       [](std::string name, pipeline_shape const& shape,
@@ -228,6 +294,9 @@ void bind_pipeline(nb::module_& m) {
   nb::class_<memory_plan>(sub, "MemoryPlan", "Every rank's peak for one step of a schedule.")
       .def_prop_ro("ranks", [](memory_plan const& p) { return p.ranks(); })
       .def_prop_ro("retention", [](memory_plan const& p) { return std::string(p.retention()); })
+      .def_prop_ro(
+          "outputs", [](memory_plan const& p) { return std::string(p.lifetime()); },
+          "The output lifetime: freed_when_sent or kept_until_backward.")
       .def_prop_ro("shape", [](memory_plan const& p) { return p.shape(); })
       .def(
           "rank", [](memory_plan const& p, int_arg r) { return p.rank(as_int(r, "rank")); }, nb::arg("rank"))
@@ -235,26 +304,30 @@ void bind_pipeline(nb::module_& m) {
       .def("__str__", [](memory_plan const& p) { return printed(p); });
   sub.def(
       "predict_memory",
-      [](schedule const& s, int_arg stages, str_arg retention) {
-        if (nb::isinstance<stage_bytes>(stages))
-          return predict(s, model_bytes::uniform(s.shape(), nb::cast<stage_bytes>(stages)), retention);
-        if (!PySequence_Check(stages.ptr()))
-          throw nb::type_error(headroom::detail::concat("stage bytes = ", repr_of(stages),
-                                                        "; expected a StageBytes or a list of one per virtual stage")
-                                   .c_str());
-        std::vector<stage_bytes> v;
-        std::size_t i = 0;
-        for (nb::handle b : stages) {
-          if (!nb::isinstance<stage_bytes>(b))
-            throw nb::type_error(
-                headroom::detail::concat("stage bytes[", i, "] = ", repr_of(b), "; expected a StageBytes").c_str());
-          v.push_back(nb::cast<stage_bytes>(b));
-          ++i;
-        }
-        return predict(s, model_bytes(std::move(v)), retention);
+      [](schedule const& s,
+         nb::typed<nb::handle,
+                   std::variant<stage_bytes, std::vector<stage_bytes>, std::vector<std::vector<stage_bytes>>>>
+             stages,
+         str_arg retention, str_arg outputs) { return predict(s, model_bytes_of(s, stages), retention, outputs); },
+      nb::arg("schedule"), nb::arg("stage_bytes"), nb::arg("retention") = "all", nb::arg("outputs") = "freed_when_sent",
+      "Each rank's peak for one step with output retention 'all', 'reduced' or 'none', outputs freed when sent "
+      "(Megatron) or kept until their backward (PyTorch's PipelineStage); stage_bytes: one StageBytes for all "
+      "stages, one per virtual stage, or one list per micro-batch.");
+
+  sub.def(
+      "fingerprint",
+      [](schedule const& s,
+         nb::typed<nb::handle,
+                   std::variant<stage_bytes, std::vector<stage_bytes>, std::vector<std::vector<stage_bytes>>>>
+             stages) {
+        auto const bytes = model_bytes_of(s, stages);
+        bytes.check(s.shape(), "pipeline::fingerprint");
+        auto const w = fingerprint(s, bytes);
+        return std::vector<std::int64_t>(w.begin(), w.end());
       },
-      nb::arg("schedule"), nb::arg("stage_bytes"), nb::arg("retention") = "all",
-      "Each rank's peak for one step with output retention 'all', 'reduced' or 'none'.");
+      nb::arg("schedule"), nb::arg("stage_bytes"),
+      "The words the executor all-gathers before a step: ranks holding the same schedule (shape and every rank's "
+      "actions, not the name) and sizes get equal lists. Compare them across ranks before running a step.");
 
   nb::module_ pt = sub.def_submodule("pytorch", "PyTorch pipelining's _Action text format");
   pt.def(

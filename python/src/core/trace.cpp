@@ -21,6 +21,7 @@
 #include "headroom/trace/recorder.hpp"
 #include "headroom/trace/snapshot.hpp"
 #include "headroom/trace/svg.hpp"
+#include "headroom/trace/take_snapshot.hpp"
 
 namespace headroom::python {
 
@@ -80,9 +81,13 @@ struct py_recorder {
   }
 };
 
+/// "free" is an ordinary free: the recorder records free_completed, and the snapshot writes it
+/// free_requested + free_completed as PyTorch does. free_requested then free_completed is a
+/// deferred free (the block is pending in between).
 action action_of(nb::handle h) {
-  return static_cast<action>(
-      as_choice(h, "action", {"alloc", "free_requested", "free_completed", "segment_alloc", "segment_free"}));
+  auto const i =
+      as_choice(h, "action", {"alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "free"});
+  return i == 5 ? action::free_completed : static_cast<action>(i);
 }
 
 nb::list frames_list(frame const& f) {
@@ -118,6 +123,18 @@ void bind_trace(nb::module_& m) {
       .def_prop_ro("dropped", [](py_snapshot const& p) { return p.s.dropped; })
       .def_prop_ro("untracked", [](py_snapshot const& p) { return p.s.untracked; })
       .def_prop_ro("overlapping", [](py_snapshot const& p) { return p.s.overlapping; })
+      .def_prop_ro(
+          "synthetic", [](py_snapshot const& p) { return p.s.synthetic; },
+          "Allocs added at the start of the trace for blocks live before it.")
+      .def_prop_ro(
+          "allocator_settings",
+          [](py_snapshot const& p) {
+            nb::dict d;
+            d["trace_alloc_max_entries"] = p.s.max_entries;
+            d["trace_alloc_overflowed"] = p.s.dropped > 0;
+            return d;
+          },
+          "What the pickle's allocator_settings holds (PyTorch's keys for its ring).")
       .def_prop_ro("segments",
                    [](py_snapshot const& p) {
                      nb::list out;
@@ -152,9 +169,11 @@ void bind_trace(nb::module_& m) {
                        d["addr"] = e.addr;
                        d["size"] = e.size;
                        d["stream"] = e.stream;
-                       d["time_ns"] = e.time_ns;
+                       d["time_us"] = e.time / 1000;  // Unix-epoch microseconds, as the pickle's
                        d["category"] = std::string(e.what.view());
-                       d["frames"] = frames_list(e.where);
+                       d["frames"] = frames_list(e.where());
+                       d["deferred"] = (e.flags & event::deferred) != 0;
+                       d["synthetic"] = (e.flags & event::synthetic) != 0;
                        out.append(d);
                      }
                      return out;
@@ -198,6 +217,11 @@ void bind_trace(nb::module_& m) {
       .def_prop_ro("recording", [](py_recorder const& r) { return r.rec.recording(); })
       .def("clear_events", [](py_recorder& r) { r.rec.clear_events(); })
       .def_prop_ro("dropped", [](py_recorder const& r) { return r.rec.dropped(); })
+      .def_prop_ro(
+          "untracked", [](py_recorder const& r) { return r.rec.live().untracked(); },
+          "Allocations the full live table had no room for (left out of snapshots).")
+      .def_prop_ro(
+          "live", [](py_recorder const& r) { return r.rec.live().size(); }, "Blocks and segments live now.")
       .def(
           "record",
           [](py_recorder& r, str_arg a, int_arg addr, int_arg size, int_arg stream,
@@ -205,7 +229,8 @@ void bind_trace(nb::module_& m) {
              nb::handle where) { r.record(action_of(a), addr, size, stream, cat, where); },
           nb::arg("action"), nb::arg("addr"), nb::arg("size"), nb::arg("stream") = 0, nb::arg("category") = nb::none(),
           nb::arg("frame") = nb::none(),
-          "One event: action alloc, free_requested, free_completed, segment_alloc or segment_free.")
+          "One event: action alloc, free (an ordinary free), free_requested then free_completed (a deferred "
+          "free), segment_alloc or segment_free.")
       .def(
           "snapshot",
           [](py_recorder const& r) {

@@ -21,9 +21,15 @@
 //   - NCCL send/recv block on the device until the peer posts its half; the schedules are lowered
 //     so that every rank's list is a projection of one global order (validate() proves it), so one
 //     host thread per GPU, or one process per GPU, issues them without deadlock.
+#include <cuda_runtime_api.h>
+
 #include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <span>
 
 #include "headroom/cuda/async_resource.hpp"
+#include "headroom/cuda/check.hpp"
 #include "headroom/cuda/event.hpp"
 #include "headroom/cuda/stream.hpp"
 #include "headroom/lifetime/cuda/guard.hpp"  // event_type_for<cuda::stream_view>
@@ -34,6 +40,46 @@ namespace headroom::pipeline::cuda {
 /// A communicator whose transfers are ordered on CUDA streams (nccl::communicator).
 template <class C>
 concept device_transport = byte_transport<C> && std::same_as<typename C::stream_type, headroom::cuda::stream_view>;
+
+}  // namespace headroom::pipeline::cuda
+
+namespace headroom::pipeline {
+
+/// Device communicators: transfers in list order (NCCL's issue order must match across ranks;
+/// the host never waits on them); the executor's check collective goes through a few bytes of
+/// device memory from the caller's resource, once, when the executor is built. A failure aborts
+/// the communicator (ncclCommAbort): peers in the same process are aborted with it by
+/// nccl::launch_per_device; peers in other processes see it only as NCCL reports the broken
+/// connection (check_async()).
+template <class Comm>
+  requires cuda::device_transport<Comm>
+class transport<Comm> : public detail::in_order_transport<Comm> {
+ public:
+  using detail::in_order_transport<Comm>::in_order_transport;
+
+  template <class Resource>
+  void all_gather(std::span<std::int64_t const> in, std::span<std::int64_t> out, headroom::cuda::stream_view s,
+                  Resource& resource) {
+    std::size_t const bytes = (in.size() + out.size()) * sizeof(std::int64_t);
+    void* block = resource.allocate(s, bytes);
+    auto* d_in = static_cast<std::int64_t*>(block);
+    auto* d_out = d_in + in.size();
+    try {
+      HEADROOM_CUDA_TRY(cudaMemcpyAsync(d_in, in.data(), in.size_bytes(), cudaMemcpyHostToDevice, s.get()));
+      this->comm().all_gather(std::span<std::int64_t const>(d_in, in.size()), std::span<std::int64_t>(d_out, out.size()), s);
+      HEADROOM_CUDA_TRY(cudaMemcpyAsync(out.data(), d_out, out.size_bytes(), cudaMemcpyDeviceToHost, s.get()));
+      s.synchronize();
+    } catch (...) {
+      resource.deallocate(s, block, bytes);
+      throw;
+    }
+    resource.deallocate(s, block, bytes);
+  }
+};
+
+}  // namespace headroom::pipeline
+
+namespace headroom::pipeline::cuda {
 
 /// The executor over device memory from `Resource` (cuda::async_resource by default, or any
 /// stream_resource on cuda::stream_view, e.g. a stats or trace adaptor), CUDA events for the

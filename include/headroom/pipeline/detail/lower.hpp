@@ -24,7 +24,8 @@ namespace headroom::pipeline::detail {
 [[nodiscard]] inline action compute(action_kind kind, int microbatch, int stage) { return {kind, microbatch, stage, -1}; }
 
 [[nodiscard]] inline schedule lower(std::string name, pipeline_shape const& shape,
-                                    std::vector<std::vector<action>> const& compute_order) {
+                                    std::vector<std::vector<action>> const& compute_order,
+                                    step_kind kind = step_kind::training) {
   auto const p = static_cast<std::size_t>(shape.stages);
   auto const m = static_cast<std::size_t>(shape.microbatches);
   auto const vs = static_cast<std::size_t>(shape.virtual_stages());
@@ -80,7 +81,7 @@ namespace headroom::pipeline::detail {
       (fwd ? input_here : grad_here)[idx(a.microbatch, to_stage)] = 1;
     }
   }
-  return schedule(std::move(name), shape, std::move(lists));
+  return schedule(std::move(name), shape, std::move(lists), kind);
 }
 
 }  // namespace headroom::pipeline::detail
