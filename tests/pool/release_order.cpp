@@ -23,7 +23,9 @@
 using namespace headroom;
 using namespace headroom::pool;
 
-namespace {
+// A named namespace: the equality the concepts require is never called, and clang warns about
+// unused internal functions.
+namespace release_order_test {
 
 using clock_vector = std::vector<std::uint64_t>;
 
@@ -206,7 +208,9 @@ step_result fsdp_step(plan const& p, bool two_streams, bool compute_first) {
   return r;
 }
 
-}  // namespace
+}  // namespace release_order_test
+
+using namespace release_order_test;
 
 TEST_CASE("every policy orders every cross-stream reuse after the previous holder (random traces, 3 streams)") {
   for (std::uint64_t seed = 1; seed <= 20; ++seed) {
