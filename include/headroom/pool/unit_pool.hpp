@@ -447,6 +447,7 @@ class unit_pool {
           auto const shape = buckets_[targets_[v].first_bucket + b].shape;
           if (shape != no_shape) wait_for(plan_.slot_index(0, shape));
         }
+    order_.issue_waits(s, waited, waits);
     // Phase 3: dynamic buffers (buckets without a slot, or every bucket of an off-trace
     // acquire); if upstream throws, undo them.
     auto const needs_buffer = [&](bucket_state const& st) {
