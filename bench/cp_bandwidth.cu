@@ -172,23 +172,39 @@ double median_ms(headroom::cuda::stream_view s, options const& o, std::function<
   return median_ms(s, o, 1, [&](int) { op(); });
 }
 
+/// Waits for `s`; a failure (a kernel fault surfaces here) names the row and the op that ran.
+void synchronize_op(headroom::cuda::stream_view s, std::string const& row, std::string const& op, char const* when) {
+  cudaError_t const st = cudaStreamSynchronize(s.get());
+  if (st != cudaSuccess)
+    throw cuda_error(headroom::detail::concat("bench_cp_bandwidth: ", row, ": ", op, " failed (", when, "): ",
+                                              cudaGetErrorName(st), " (", cudaGetErrorString(st), ")"));
+}
+
+struct named_op {
+  std::string name;
+  std::function<void(int)> run;
+};
+
 /// Median milliseconds of each of `ops`, timed in turn within every iteration (as median_ms).
+/// Each op is synchronized after its warm-up and its timed runs, so a fault names its row and op.
 std::vector<double> interleaved_median_ms(headroom::cuda::stream_view s, options const& o, int sets,
-                                          std::vector<std::function<void(int)>> const& ops) {
+                                          std::string const& row, std::vector<named_op> const& ops) {
   cudaEvent_t a, b;
   HEADROOM_CUDA_TRY(cudaEventCreate(&a));
   HEADROOM_CUDA_TRY(cudaEventCreate(&b));
-  for (int i = 0; i < o.warmup; ++i)
-    for (auto const& op : ops)
-      for (int k = 0; k < sets; ++k) op(k);
+  for (auto const& op : ops) {
+    for (int i = 0; i < o.warmup; ++i)
+      for (int k = 0; k < sets; ++k) op.run(k);
+    synchronize_op(s, row, op.name, "warm-up");
+  }
   std::vector<std::vector<double>> ms(ops.size());
   for (int i = 0; i < o.iterations; ++i)
     for (std::size_t j = 0; j < ops.size(); ++j) {
       spin_kernel<<<1, 1, 0, s.get()>>>(200000);
       HEADROOM_CUDA_TRY(cudaEventRecord(a, s.get()));
-      for (int k = 0; k < sets; ++k) ops[j](k);
+      for (int k = 0; k < sets; ++k) ops[j].run(k);
       HEADROOM_CUDA_TRY(cudaEventRecord(b, s.get()));
-      HEADROOM_CUDA_TRY(cudaEventSynchronize(b));
+      synchronize_op(s, row, ops[j].name, "timed run");
       float t = 0;
       HEADROOM_CUDA_TRY(cudaEventElapsedTime(&t, a, b));
       ms[j].push_back(t / sets);
@@ -240,6 +256,16 @@ int rotation_sets(std::size_t touched_bytes) {
   return static_cast<int>(std::clamp<std::size_t>((want + touched_bytes - 1) / touched_bytes, 1, 16));
 }
 
+/// Words of `a` and `b` that differ (counted into *bad).
+__global__ void count_mismatches(uint4 const* a, uint4 const* b, i64 n, unsigned long long* bad) {
+  unsigned long long mine = 0;
+  for (i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; i < n; i += static_cast<i64>(gridDim.x) * blockDim.x) {
+    uint4 const x = a[i], y = b[i];
+    mine += (x.x != y.x) || (x.y != y.y) || (x.z != y.z) || (x.w != y.w);
+  }
+  if (mine != 0) atomicAdd(bad, mine);
+}
+
 result run_case(std::string const& op, i64 tokens, i64 width, int cp_size, options const& o, headroom::cuda::stream_view s) {
   auto const cu = packed_batch(tokens, cp_size, 42 + static_cast<std::uint64_t>(cp_size));
   cp::partition<> p(cu, cp_size, cp_size / 2);  // a middle rank: both chunks non-trivial
@@ -287,7 +313,31 @@ result run_case(std::string const& op, i64 tokens, i64 width, int cp_size, optio
                                                        static_cast<i64 const*>(index.p), out_rows, static_cast<i64>(row / 16));
     HEADROOM_CUDA_CHECK_LAST();
   };
-  auto const ms = interleaved_median_ms(s, o, sets, {ours, memcpy_op, indexed});
+  std::ostringstream row_name;
+  row_name << op << " " << tokens << "x" << width << " cp " << cp_size << " (" << r.kernel << " kernel, " << sets
+           << " sets)";
+  std::string const row_desc = row_name.str();
+  std::fprintf(stderr, "bench_cp_bandwidth: %s\n", row_desc.c_str());  // a crash names its row
+  // Before timing: ours must equal the index kernel's output, word for word (rows up to 1 GiB).
+  if (out_bytes <= (std::size_t{1} << 30)) {
+    device_bytes ref(out_bytes), bad(sizeof(unsigned long long));
+    indexed(0);
+    HEADROOM_CUDA_TRY(cudaMemcpyAsync(ref.p, out[0]->p, out_bytes, cudaMemcpyDeviceToDevice, s.get()));
+    HEADROOM_CUDA_TRY(cudaMemsetAsync(out[0]->p, 0, out_bytes, s.get()));
+    synchronize_op(s, row_desc, "index kernel", "reference");
+    ours(0);
+    synchronize_op(s, row_desc, "ours", "checked run");
+    HEADROOM_CUDA_TRY(cudaMemsetAsync(bad.p, 0, sizeof(unsigned long long), s.get()));
+    count_mismatches<<<1024, 256, 0, s.get()>>>(static_cast<uint4 const*>(out[0]->p), static_cast<uint4 const*>(ref.p),
+                                                static_cast<i64>(out_bytes / 16), static_cast<unsigned long long*>(bad.p));
+    HEADROOM_CUDA_CHECK_LAST();
+    unsigned long long n = 0;
+    HEADROOM_CUDA_TRY(cudaMemcpyAsync(&n, bad.p, sizeof n, cudaMemcpyDeviceToHost, s.get()));
+    synchronize_op(s, row_desc, "mismatch count", "check");
+    expects<logic_error>(n == 0, "bench_cp_bandwidth: ", row_desc, ": ", n,
+                         " 16-byte words differ from the index kernel's output");
+  }
+  auto const ms = interleaved_median_ms(s, o, sets, row_desc, {{"ours", ours}, {"memcpy", memcpy_op}, {"index kernel", indexed}});
   r.ours_ms = ms[0];
   r.memcpy_ms = ms[1];
   r.indexed_ms = ms[2];
@@ -305,9 +355,10 @@ result run_case(std::string const& op, i64 tokens, i64 width, int cp_size, optio
                           grid{"2 rounds/block", (rounds + 1) / 2}, grid{"4 x resident", 4 * resident},
                           grid{"1 x resident", resident}}) {
       auto const timed = interleaved_median_ms(
-          s, o, sets,
-          {[&](int k) { cd::launch_copy_runs(runs, in[k]->p, out[k]->p, plan, s, "bench_cp_bandwidth", g.blocks); },
-           memcpy_op});
+          s, o, sets, row_desc,
+          {{"runs kernel on " + std::to_string(g.blocks) + " blocks (" + g.name + ")",
+            [&](int k) { cd::launch_copy_runs(runs, in[k]->p, out[k]->p, plan, s, "bench_cp_bandwidth", g.blocks); }},
+           {"memcpy", memcpy_op}});
       r.grids.push_back({g.name, std::min(g.blocks, rounds), timed[0], timed[1]});
     }
   }
@@ -315,15 +366,6 @@ result run_case(std::string const& op, i64 tokens, i64 width, int cp_size, optio
 }
 
 // ---- gather on 2 GPUs ----------------------------------------------------------------------
-
-__global__ void count_mismatches(uint4 const* a, uint4 const* b, i64 n, unsigned long long* bad) {
-  unsigned long long mine = 0;
-  for (i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; i < n; i += static_cast<i64>(gridDim.x) * blockDim.x) {
-    uint4 const x = a[i], y = b[i];
-    mine += (x.x != y.x) || (x.y != y.y) || (x.z != y.z) || (x.w != y.w);
-  }
-  if (mine != 0) atomicAdd(bad, mine);
-}
 
 struct gather_result {
   std::string method;

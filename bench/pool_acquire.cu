@@ -136,6 +136,12 @@ void run_trace(trace const& t, int reps, std::vector<result>& out) {
           [&](std::size_t u, stream_view s) { pool.release(held[u], s); }));
       if (pool.stats().moves != 0)
         std::fprintf(stderr, "warning: %llu strict moves\n", static_cast<unsigned long long>(pool.stats().moves));
+      // Device calls per acquire + release pair (two streams: one record and one wait each).
+      auto const& st = pool.stats();
+      double const acquires = static_cast<double>(st.acquisitions);
+      std::printf("%s, %s, %s: per pair %.3f release events, %.3f reuse events, %.3f cross-stream waits\n", t.name.c_str(),
+                  scenario, label, static_cast<double>(st.release_events) / acquires,
+                  static_cast<double>(st.reuse_events) / acquires, static_cast<double>(st.cross_stream_waits) / acquires);
     };
     run_pool(hp::record_if_cross_stream{}, "pool", t.plan);
     run_pool(hp::record_at_release{}, "pool record_at_release", t.plan);

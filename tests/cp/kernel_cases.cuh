@@ -6,6 +6,7 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -274,5 +275,104 @@ TEST_CASE("kernels: runs kernel on grids smaller than the copy (grid-stride loop
       stream.synchronize();
       CHECK(same_bytes(d_out.download(), expect));
     }
+  }
+}
+
+// The exact shapes of bench_cp_bandwidth's one-GPU table (its packed batches: sequences of
+// 256..8192 rows, multiples of 2 cp, seed 42 + cp; rank cp / 2), at 4096 bf16 a row: split and
+// the reorder at 16K and 128K tokens, cp 2 and 8, through the ops (runs kernel up to 256 MiB of
+// output, tiled beyond) and, where the runs kernel applies, on every grid the bench's
+// --runs-grid sweep launches (one round per block, two, 4 and 1 per resident slot, 7 blocks).
+// Each input vector holds (row, vector) so every output vector names where it came from; a
+// guard round past the output must stay untouched. (The logits-width rows, 5-40 GB a buffer, are
+// left to the bench.)
+namespace bench_shapes {
+
+std::vector<i64> packed_batch(i64 tokens, int cp, std::uint64_t seed) {  // as bench/cp_bandwidth.cu
+  std::mt19937_64 gen(seed);
+  i64 const m = 2 * cp;
+  std::uniform_int_distribution<i64> len(256 / m, 8192 / m);
+  std::vector<i64> cu{0};
+  while (cu.back() < tokens) cu.push_back(std::min(tokens, cu.back() + len(gen) * m));
+  return cu;
+}
+
+constexpr i64 width = 4096;             // bf16
+constexpr i64 vpr = width * 2 / 16;     // 16-byte vectors a row
+constexpr i64 guard_words = 2 * 2048;   // one runs-kernel round of 16-byte vectors, as int64 pairs
+constexpr std::int64_t poison = 0x5A5A5A5A5A5A5A5A;
+
+/// Mismatches of `out` (rows x vpr vectors of (row, vector) pairs, then the guard) against
+/// `source` (the input row of each output row); `first` describes the first.
+std::size_t mismatches(std::vector<std::int64_t> const& out, std::vector<i64> const& source, std::string& first) {
+  std::size_t bad = 0;
+  auto const rows = static_cast<i64>(source.size());
+  for (i64 t = 0; t < rows; ++t)
+    for (i64 v = 0; v < vpr; ++v) {
+      auto const at = static_cast<std::size_t>((t * vpr + v) * 2);
+      if (out[at] == source[static_cast<std::size_t>(t)] && out[at + 1] == v) continue;
+      if (bad++ == 0)
+        first = "row " + std::to_string(t) + " vector " + std::to_string(v) + " holds (" + std::to_string(out[at]) + ", " +
+                std::to_string(out[at + 1]) + "), expected (" + std::to_string(source[static_cast<std::size_t>(t)]) + ", " +
+                std::to_string(v) + ")";
+    }
+  for (std::size_t w = static_cast<std::size_t>(rows * vpr * 2); w < out.size(); ++w)
+    if (out[w] != poison && bad++ == 0) first = "guard word " + std::to_string(w) + " written past the output";
+  return bad;
+}
+
+}  // namespace bench_shapes
+
+TEST_CASE("kernels: bench_cp_bandwidth's shapes and runs-kernel grids") {
+  using namespace bench_shapes;
+  headroom::cuda::stream stream;
+  for (i64 tokens : {i64{16384}, i64{131072}}) {
+    std::vector<std::int64_t> stamped(static_cast<std::size_t>(tokens * vpr * 2));
+    for (i64 r = 0; r < tokens; ++r)
+      for (i64 v = 0; v < vpr; ++v) {
+        stamped[static_cast<std::size_t>((r * vpr + v) * 2)] = r;
+        stamped[static_cast<std::size_t>((r * vpr + v) * 2 + 1)] = v;
+      }
+    device_vector<std::int64_t> d_in(stamped);
+    stamped = {};
+    for (bool is_split : {true, false})
+      for (int cp_size : {2, 8}) {
+        auto const cu = packed_batch(tokens, cp_size, 42 + static_cast<std::uint64_t>(cp_size));
+        partition<dual_chunk> const p(std::span<i64 const>(cu), cp_size, cp_size / 2);
+        cp::cuda::device_cu_seqlens dcu(p.global_cu_seqlens(), stream);
+        i64 const out_rows = is_split ? p.local_rows() : p.global_rows();
+        std::vector<i64> const source = is_split ? p.local_index() : p.gather_index();  // input row per output row
+        std::size_t const words = static_cast<std::size_t>(out_rows * vpr * 2 + guard_words);
+        device_vector<std::int64_t> d_out(words);
+        auto const in_v = matrix_view<__nv_bfloat16 const>(reinterpret_cast<__nv_bfloat16 const*>(d_in.data()), p.global_rows(), width);
+        auto const out_v = matrix_view<__nv_bfloat16>(reinterpret_cast<__nv_bfloat16*>(d_out.data()), out_rows, width);
+        auto const check = [&](std::string const& how) {
+          stream.synchronize();
+          std::string first;
+          INFO((is_split ? "split " : "reorder "), tokens, " x ", width, " cp ", cp_size, ", ", how, ": ", out_rows,
+               " output rows");
+          auto const bad = mismatches(d_out.download(), source, first);
+          CHECK_MESSAGE(bad == 0, bad, " wrong words; first: ", first);
+          HEADROOM_CUDA_TRY(cudaMemsetAsync(d_out.data(), 0x5A, words * sizeof(std::int64_t), stream.get()));
+        };
+        HEADROOM_CUDA_TRY(cudaMemsetAsync(d_out.data(), 0x5A, words * sizeof(std::int64_t), stream.get()));
+        if (is_split)
+          cp::cuda::split<cp::vector_policy::require_16>(p, dcu.view(), in_v, out_v, stream);
+        else
+          cp::cuda::to_sequence_order<cp::vector_policy::require_16>(p, dcu.view(), in_v, out_v, stream);
+        check("the op");
+        auto const plan = cp::plan_copy<cp::vector_policy::require_16>(static_cast<std::size_t>(width) * 2, {}, "test");
+        cp::row_runs runs;
+        bool const runs_fit = is_split ? cp::split_runs(p, runs) : cp::sequence_order_runs(p, runs);
+        if (!HEADROOM_CP_ROW_RUNS || !runs_fit || !cp::cuda::detail::runs_kernel_size(out_rows, plan)) continue;
+        namespace cd = cp::cuda::detail;
+        i64 const per_round = i64{cd::block_threads} * cd::runs_unroll;
+        i64 const rounds = (out_rows * vpr + per_round - 1) / per_round;
+        i64 const resident = cd::resident_blocks(cd::runs_kernel_of(plan.vector_bytes));
+        for (i64 blocks : {rounds, (rounds + 1) / 2, 4 * resident, resident, i64{7}}) {
+          cd::launch_copy_runs(runs, d_in.data(), d_out.data(), plan, stream, "test", blocks);
+          check("runs kernel on " + std::to_string(blocks) + " blocks (" + std::to_string(rounds) + " rounds)");
+        }
+      }
   }
 }

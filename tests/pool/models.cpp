@@ -237,6 +237,47 @@ TEST_CASE("bad model input names the value") {
   CHECK_THROWS_AS((void)m::make_workload(m::nemotron_h_8b(), {.non_unit_bucket_elements = 0}), invalid_argument);
 }
 
+// A user-made config with huge dimensions: every element count is checked, so a product or sum
+// past 64 bits is a capacity_error naming the model and the operands, never a wrapped small bucket.
+TEST_CASE("element counts of huge model dimensions throw instead of wrapping") {
+  auto const expect_overflow = [](m::hybrid_config const& c, char const* operand) {
+    try {
+      (void)m::make_workload(c);
+      FAIL("expected capacity_error for ", c.name);
+    } catch (capacity_error const& e) {
+      std::string const what = e.what();
+      CHECK(what.find("'" + c.name + "'") != std::string::npos);
+      INFO(what);
+      CHECK(what.find(operand) != std::string::npos);
+      CHECK(what.find("overflows 64-bit") != std::string::npos);
+    }
+  };
+  m::hybrid_config c = m::nemotron_h_8b();
+  c.name = "huge hidden";
+  c.hidden = std::uint64_t{1} << 50;  // in_proj rows (~2^14) x hidden > 2^64
+  expect_overflow(c, "1125899906842624");
+  c = m::nemotron_h_8b();
+  c.name = "huge vocab";
+  c.pattern = "-";
+  c.vocab = std::uint64_t{1} << 60;  // vocab x hidden (4096) wraps
+  expect_overflow(c, "1152921504606846976");
+  c = m::nemotron_3_nano_30b_a3b();
+  c.name = "huge experts";
+  c.moe_ffn = std::uint64_t{1} << 50;  // (128 experts x 2 x moe_ffn = 2^58) x hidden 2688 wraps
+  expect_overflow(c, "288230376151711744 x 2688");
+  // A sum that wraps though every product fits: hidden 1, in_proj rows ~3 x 2^62 plus
+  // out_proj's 2^62.
+  c = m::nemotron_h_8b();
+  c.name = "huge sum";
+  c.pattern = "M";
+  c.hidden = 1;
+  c.mamba_head_dim = 1;
+  c.mamba_heads = (std::uint64_t{1} << 62) + 1;
+  expect_overflow(c, "+");
+  // The published configs are untouched (their totals are checked above).
+  CHECK_NOTHROW((void)m::make_workload(m::nemotron_h_8b()));
+}
+
 // [T1] TestFsdpHybridModelDoubleBuffer miniature (PR #4810): HIDDEN = 256, one attention and one
 // Mamba unit of 262,400 and 933,144 elements. FixedPool pools one of them, MaxPool both in one slot.
 TEST_CASE("hybrid test miniature: fixed pools one unit, max pools both in one bf16 slot") {

@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "headroom/core/bytes.hpp"
 #include "headroom/core/dtype.hpp"
 #include "headroom/core/error.hpp"
 #include "headroom/pool/workload.hpp"
@@ -108,50 +109,87 @@ struct layer_elements {
   std::uint64_t te_linear = 0;   ///< weights of TE linears (FP8-able)
   std::uint64_t other = 0;       ///< norms, conv1d, dt_bias/A_log/D, router: always bf16
   std::uint64_t experts = 0;     ///< all experts (before EP)
-  [[nodiscard]] std::uint64_t total() const noexcept { return te_linear + other + experts; }
+  [[nodiscard]] std::uint64_t total() const;
 };
 
-inline constexpr layer_elements operator+(layer_elements a, layer_elements b) noexcept {
-  return {a.te_linear + b.te_linear, a.other + b.other, a.experts + b.experts};
+namespace detail {
+/// An element count derived from a model config. A config's dimensions are user input, so its
+/// + and * throw capacity_error naming the model and both operands when the result does not fit
+/// in 64 bits, instead of wrapping to a small (under-allocated) bucket.
+struct count {
+  std::uint64_t v = 0;
+  std::string_view model;
+};
+[[nodiscard]] inline count operator*(count a, count b) {
+  auto const model = a.model.empty() ? b.model : a.model;
+  return {checked_mul(a.v, b.v, "pool::models: element count of '", model, "'"), model};
+}
+[[nodiscard]] inline count operator+(count a, count b) {
+  auto const model = a.model.empty() ? b.model : a.model;
+  expects<capacity_error>(a.v <= UINT64_MAX - b.v, "pool::models: element count of '", model, "': ", a.v, " + ", b.v,
+                          " overflows 64-bit unsigned arithmetic");
+  return {a.v + b.v, model};
+}
+[[nodiscard]] inline count operator*(std::uint64_t a, count b) { return count{a, b.model} * b; }
+[[nodiscard]] inline count operator*(count a, std::uint64_t b) { return a * count{b, a.model}; }
+[[nodiscard]] inline count operator+(std::uint64_t a, count b) { return count{a, b.model} + b; }
+[[nodiscard]] inline count operator+(count a, std::uint64_t b) { return a + count{b, a.model}; }
+}  // namespace detail
+
+[[nodiscard]] inline std::uint64_t layer_elements::total() const {
+  return (detail::count{te_linear, "layer"} + other + experts).v;
+}
+[[nodiscard]] inline layer_elements operator+(layer_elements a, layer_elements b) {
+  auto const sum = [](std::uint64_t x, std::uint64_t y) { return (detail::count{x, "layer"} + y).v; };
+  return {sum(a.te_linear, b.te_linear), sum(a.other, b.other), sum(a.experts, b.experts)};
 }
 
 // Each part counts its own pre-norm (fused into its first TE linear in Megatron) in `other`.
+// Every product and sum goes through detail::count (checked); `n(x)` starts one.
 [[nodiscard]] inline layer_elements mamba_layer(hybrid_config const& c) {
-  std::uint64_t const hp = c.mamba_heads * c.mamba_head_dim;
-  std::uint64_t const gn = c.mamba_groups * c.mamba_state;
-  std::uint64_t const in_proj_rows = 2 * hp + 2 * gn + c.mamba_heads;
-  std::uint64_t const conv_dim = hp + 2 * gn;
-  return {in_proj_rows * c.hidden + c.hidden * hp,
-          c.hidden + conv_dim * c.conv_kernel + conv_dim + 3 * c.mamba_heads + (c.mamba_norm ? hp : 0), 0};
+  auto const n = [&](std::uint64_t x) { return detail::count{x, c.name}; };
+  auto const hp = n(c.mamba_heads) * c.mamba_head_dim;
+  auto const gn = n(c.mamba_groups) * c.mamba_state;
+  auto const in_proj_rows = 2 * hp + 2 * gn + c.mamba_heads;
+  auto const conv_dim = hp + 2 * gn;
+  return {(in_proj_rows * c.hidden + n(c.hidden) * hp).v,
+          (n(c.hidden) + conv_dim * c.conv_kernel + conv_dim + 3 * n(c.mamba_heads) + (c.mamba_norm ? hp.v : 0)).v, 0};
 }
 [[nodiscard]] inline layer_elements mamba1_layer(hybrid_config const& c) {
-  std::uint64_t const d = c.mamba1_expand * c.hidden;
+  auto const n = [&](std::uint64_t x) { return detail::count{x, c.name}; };
+  auto const d = n(c.mamba1_expand) * c.hidden;
   std::uint64_t const r = c.mamba1_dt_rank;
-  std::uint64_t const n = c.mamba_state;
+  std::uint64_t const s = c.mamba_state;
   // in_proj, x_proj, dt_proj, out_proj | norm, conv weight + bias, dt bias, A_log, D, dt/B/C norms
-  return {c.hidden * 2 * d + d * (r + 2 * n) + r * d + d * c.hidden,
-          c.hidden + d * c.conv_kernel + d + d + d * n + d + r + 2 * n, 0};
+  return {(n(c.hidden) * 2 * d + d * (n(r) + 2 * n(s)) + r * d + d * c.hidden).v,
+          (n(c.hidden) + d * c.conv_kernel + d + d + d * s + d + r + 2 * n(s)).v, 0};
 }
 [[nodiscard]] inline layer_elements attention_layer(hybrid_config const& c) {
-  std::uint64_t const q = c.heads * c.kv_channels * (c.attention_output_gate ? 2 : 1);
-  std::uint64_t const kv = 2 * c.query_groups * c.kv_channels;
-  return {(q + kv) * c.hidden + c.hidden * c.heads * c.kv_channels, c.hidden + (c.qk_norm ? 2 * c.kv_channels : 0), 0};
+  auto const n = [&](std::uint64_t x) { return detail::count{x, c.name}; };
+  auto const q = n(c.heads) * c.kv_channels * (c.attention_output_gate ? 2 : 1);
+  auto const kv = 2 * n(c.query_groups) * c.kv_channels;
+  return {((q + kv) * c.hidden + n(c.hidden) * c.heads * c.kv_channels).v,
+          (n(c.hidden) + (c.qk_norm ? (2 * n(c.kv_channels)).v : 0)).v, 0};
 }
 [[nodiscard]] inline layer_elements gated_delta_net_layer(hybrid_config const& c) {
-  std::uint64_t const k = c.gdn_key_heads * c.gdn_key_dim;
-  std::uint64_t const v = c.gdn_value_heads * c.gdn_value_dim;
+  auto const n = [&](std::uint64_t x) { return detail::count{x, c.name}; };
+  auto const k = n(c.gdn_key_heads) * c.gdn_key_dim;
+  auto const v = n(c.gdn_value_heads) * c.gdn_value_dim;
   // in_proj_qkvz, in_proj_ba, out_proj | norm, conv1d (no bias), dt_bias, A_log, gated norm
-  return {c.hidden * (2 * k + 2 * v + 2 * c.gdn_value_heads) + v * c.hidden,
-          c.hidden + (2 * k + v) * c.conv_kernel + 2 * c.gdn_value_heads + c.gdn_value_dim, 0};
+  return {(n(c.hidden) * (2 * k + 2 * v + 2 * n(c.gdn_value_heads)) + v * c.hidden).v,
+          (n(c.hidden) + (2 * k + v) * c.conv_kernel + 2 * n(c.gdn_value_heads) + c.gdn_value_dim).v, 0};
 }
 [[nodiscard]] inline layer_elements mlp_layer(hybrid_config const& c) {
-  return {(c.gated_mlp ? 3 : 2) * c.ffn * c.hidden, c.hidden, 0};
+  auto const n = [&](std::uint64_t x) { return detail::count{x, c.name}; };
+  return {(n(c.gated_mlp ? 3 : 2) * c.ffn * c.hidden).v, c.hidden, 0};
 }
 [[nodiscard]] inline layer_elements moe_layer(hybrid_config const& c) {
+  auto const n = [&](std::uint64_t x) { return detail::count{x, c.name}; };
   std::uint64_t const d = c.latent > 0 ? c.latent : c.hidden;
   std::uint64_t const mats = c.gated_mlp ? 3 : 2;
-  return {mats * c.shared_ffn * c.hidden + 2 * c.latent * c.hidden,
-          c.hidden + c.experts * c.hidden + (c.shared_expert_gate ? c.hidden : 0), c.experts * mats * c.moe_ffn * d};
+  return {(n(mats) * c.shared_ffn * c.hidden + 2 * n(c.latent) * c.hidden).v,
+          (n(c.hidden) + n(c.experts) * c.hidden + (c.shared_expert_gate ? c.hidden : 0)).v,
+          (n(c.experts) * mats * c.moe_ffn * d).v};
 }
 
 [[nodiscard]] inline layer_kind const& kind_of(hybrid_config const& c, char symbol) {
@@ -174,7 +212,7 @@ inline constexpr layer_elements operator+(layer_elements a, layer_elements b) no
     case mixer::mamba1: e = mamba1_layer(c); break;
     case mixer::attention_and_mamba2:  // one input norm feeds both branches
       e = attention_layer(c) + mamba_layer(c);
-      e.other -= c.hidden;
+      e.other -= c.hidden;  // each branch counted c.hidden of it: no wrap
       break;
   }
   switch (k.feed_forward) {
@@ -187,9 +225,9 @@ inline constexpr layer_elements operator+(layer_elements a, layer_elements b) no
 
 /// Parameters of the whole model (layers + embedding + final norm + output layer unless tied).
 [[nodiscard]] inline std::uint64_t parameter_count(hybrid_config const& c) {
-  std::uint64_t n = (c.tied_embeddings ? 1 : 2) * c.vocab * c.hidden + c.hidden;
-  for (char s : c.pattern) n += layer_of(c, s).total();
-  return n;
+  auto n = detail::count{c.tied_embeddings ? 1u : 2u, c.name} * c.vocab * c.hidden + c.hidden;
+  for (char s : c.pattern) n = n + layer_of(c, s).total();
+  return n.v;
 }
 
 /// The FSDP workload of one rank (experts divided by expert_parallel). Bucket order is the
@@ -231,7 +269,7 @@ inline constexpr layer_elements operator+(layer_elements a, layer_elements b) no
       u.buckets.push_back(elements_of(bucket_dtype(dtype::bf16), e.other, "bf16 params"));
       if (e.te_linear > 0) u.buckets.push_back(fp8_or_grad(e.te_linear, "fp8 linear weights"));
     } else {
-      u.buckets.push_back(elements_of(bucket_dtype(dtype::bf16), e.te_linear + e.other, "params"));
+      u.buckets.push_back(elements_of(bucket_dtype(dtype::bf16), (detail::count{e.te_linear, c.name} + e.other).v, "params"));
     }
     if (e.experts > 0) {
       std::uint64_t const local = e.experts / o.expert_parallel;
@@ -241,11 +279,12 @@ inline constexpr layer_elements operator+(layer_elements a, layer_elements b) no
     w.units.push_back(std::move(u));
   }
   // Non-unit group: embedding, final norm, output layer; a bucket closes once it reaches the limit.
-  std::vector<std::uint64_t> params{c.vocab * c.hidden, c.hidden};
-  if (!c.tied_embeddings) params.push_back(c.vocab * c.hidden);
+  std::uint64_t const embedding = (detail::count{c.vocab, c.name} * c.hidden).v;
+  std::vector<std::uint64_t> params{embedding, c.hidden};
+  if (!c.tied_embeddings) params.push_back(embedding);
   std::uint64_t running = 0;
   for (std::uint64_t n : params) {
-    running += n;
+    running = (detail::count{running, c.name} + n).v;
     if (running >= o.non_unit_bucket_elements) {
       w.non_unit.push_back(elements_of(bucket_dtype(dtype::bf16), running, "non-unit"));
       running = 0;

@@ -431,8 +431,8 @@ class unit_pool {
       chosen[b] = static_cast<std::uint32_t>(std::countr_zero(mask));
     }
     // Phase 2: order the reuse of each chosen slot after its last release (device-side; the
-    // host does not block), once per distinct release event. May throw (a CUDA error); extra
-    // waits are harmless, state unchanged.
+    // host does not block), one wait per releasing stream (its latest release covers the
+    // others). May throw (a CUDA error); extra waits are harmless, state unchanged.
     std::uint64_t waits = 0;
     auto const wait_for = [&](std::size_t slot) { order_.wait_for(static_cast<std::uint32_t>(slot), s, waited, waits); };
     for (std::uint32_t b = 0; b < tg.bucket_count && !off_trace; ++b) {
@@ -447,6 +447,7 @@ class unit_pool {
           auto const shape = buckets_[targets_[v].first_bucket + b].shape;
           if (shape != no_shape) wait_for(plan_.slot_index(0, shape));
         }
+    order_.issue_waits(s, waited, waits);
     // Phase 3: dynamic buffers (buckets without a slot, or every bucket of an off-trace
     // acquire); if upstream throws, undo them.
     auto const needs_buffer = [&](bucket_state const& st) {

@@ -5,8 +5,12 @@
 //
 //   release(lease, s):  begin_release(s, record_now) -> event; free_slot(slot, s, event) per slot;
 //                       end_release(event)
-//   acquire(u, s):      wait_for(slot, s, ...) per slot it may take (throws: nothing changed);
-//                       take(slot) per slot it took
+//   acquire(u, s):      wait_for(slot, s, ...) per slot it may take, then issue_waits(s, ...)
+//                       (throws: nothing changed); take(slot) per slot it took
+//
+// One wait per releasing stream, not per slot: releases on one stream are ordered by it, so the
+// latest-recorded event of that stream covers every earlier one (a unit of two buckets whose
+// slots two releases on the compute stream freed waits once, on the later release).
 //
 // An event not recorded at release (the release order policy deferred it) is recorded on the
 // releasing stream by the first wait that needs it: the waiter then follows everything issued
@@ -29,7 +33,8 @@ class stream_order {
   stream_order() : events_(0) {}
   /// An event is busy while a free slot still refers to it, so there are never more busy events
   /// than slots, and a release always finds a free one (release_events keeps a few more).
-  explicit stream_order(std::size_t slots) : slots_(slots), events_(slots), recorded_(events_.size(), 0) {}
+  explicit stream_order(std::size_t slots)
+      : slots_(slots), events_(slots), recorded_(events_.size(), 0), stamp_(events_.size(), 0), stream_(events_.size()) {}
 
   /// The event of one release on `s`, recorded now when `record_now` (may throw a CUDA error:
   /// nothing has changed then).
@@ -37,6 +42,8 @@ class stream_order {
     std::uint32_t const e = events_.next();
     if (record_now) events_[e].record(s);
     recorded_[e] = record_now ? 1 : 0;
+    stamp_[e] = record_now ? ++clock_ : 0;
+    stream_[e] = s;
     events_.claim();
     return e;
   }
@@ -52,22 +59,38 @@ class stream_order {
   /// The release freed nothing: its event is free again.
   void end_release(std::uint32_t e) noexcept { events_.unclaim_if_unheld(e); }
 
-  /// Orders `s` after the release of slot `i` on the device, unless `s` is the releasing stream
-  /// or already follows it; once per distinct event (`waited[0, waits)`: the events this acquire
-  /// waited on). May throw (a CUDA error); extra waits are harmless, nothing else changes.
-  void wait_for(std::uint32_t i, Stream const& s, std::uint32_t* waited, std::uint64_t& waits) {
+  /// Notes that `s` must follow the release of slot `i`, unless `s` is the releasing stream or
+  /// already follows it. `waited[0, waits)` keeps one event per releasing stream, the one that
+  /// covers the others: an event not yet recorded (recorded by issue_waits, it follows everything
+  /// on that stream), else the latest recorded. Issues nothing (issue_waits does).
+  void wait_for(std::uint32_t i, Stream const& s, std::uint32_t* waited, std::uint64_t& waits) noexcept {
     auto& sl = slots_[i];
     if (!sl.pending || sl.release_stream == s || (sl.waited && sl.waited_by == s)) return;
     sl.waited = true;  // s is ordered after the release from here on (stream order)
     sl.waited_by = s;
-    if (std::find(waited, waited + waits, sl.event) != waited + waits) return;
-    if (!recorded_[sl.event]) {
-      events_[sl.event].record(sl.release_stream);
-      recorded_[sl.event] = 1;
-      ++recorded_at_reuse_;
+    std::uint32_t const e = sl.event;
+    for (std::uint64_t k = 0; k < waits; ++k) {
+      std::uint32_t& w = waited[k];
+      if (!(stream_[w] == stream_[e])) continue;
+      if (w != e && recorded_[w] && (!recorded_[e] || stamp_[e] > stamp_[w])) w = e;  // e covers w
+      return;
     }
-    events_[sl.event].wait_on(s);
-    waited[waits++] = sl.event;
+    waited[waits++] = e;
+  }
+  /// Orders `s` after the events wait_for kept, on the device: records those the releases
+  /// deferred (on their releasing streams), then one wait each. May throw (a CUDA error); extra
+  /// records and waits are harmless, nothing else changes.
+  void issue_waits(Stream const& s, std::uint32_t const* waited, std::uint64_t waits) {
+    for (std::uint64_t k = 0; k < waits; ++k) {
+      std::uint32_t const e = waited[k];
+      if (!recorded_[e]) {
+        events_[e].record(stream_[e]);
+        recorded_[e] = 1;
+        stamp_[e] = ++clock_;
+        ++recorded_at_reuse_;
+      }
+      events_[e].wait_on(s);
+    }
   }
   /// Slot `i` is taken: it no longer follows its release (its event is free once no slot does).
   void take(std::uint32_t i) noexcept {
@@ -114,6 +137,7 @@ class stream_order {
           if (!recorded_[sl.event]) {
             events_[sl.event].record(sl.release_stream);
             recorded_[sl.event] = 1;
+            stamp_[sl.event] = ++clock_;
           }
           events_[sl.event].wait_on(home);
         }
@@ -139,6 +163,9 @@ class stream_order {
   std::vector<slot_release> slots_;
   release_events<Event> events_;
   std::vector<char> recorded_;  // per event: recorded (at release, or by a wait since)
+  std::vector<std::uint64_t> stamp_;  // per recorded event: when (clock_), to find the latest per stream
+  std::vector<Stream> stream_;        // per event: the stream of its release
+  std::uint64_t clock_ = 0;
   std::uint64_t recorded_at_reuse_ = 0;
 };
 
