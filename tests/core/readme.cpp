@@ -20,7 +20,11 @@ TEST_CASE("README quotes examples/readme_usage.cpp verbatim") {
 TEST_CASE("README gives the demo and test commands") {
   std::string const readme = read_source("README.md");
   CHECK(readme.find("```sh\ncmake --workflow --preset demo\n```") != std::string::npos);
-  CHECK(readme.find("```sh\ncmake --workflow --preset test\n```") != std::string::npos);
+  CHECK(readme.find("```sh\ntools/test\n```") != std::string::npos);
+  // tools/test is what runs every host test, the Python package's included: it must end in the
+  // test preset, with the interpreter it installed the package into.
+  std::string const script = read_source("tools/test");
+  CHECK(script.find("HEADROOM_PYTHON=$python cmake --workflow --preset test") != std::string::npos);
   CHECK(readme.find("\n## Modules\n") != std::string::npos);
 }
 
