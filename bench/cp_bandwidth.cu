@@ -115,9 +115,15 @@ std::vector<i64> packed_batch(i64 tokens, int cp, std::uint64_t seed) {
   return cu;
 }
 
+/// Device bytes filled with 0x3C in order on `s`. The fill is a cudaMemsetAsync on the stream that
+/// will use the buffer: the bench's streams are non-blocking, so a cudaMemset (legacy stream,
+/// asynchronous for device memory) could still be running when a kernel on `s` reads the buffer.
 struct device_bytes {
   void* p = nullptr;
-  explicit device_bytes(std::size_t n) { HEADROOM_CUDA_TRY(cudaMalloc(&p, n)); HEADROOM_CUDA_TRY(cudaMemset(p, 0x3C, n)); }
+  device_bytes(std::size_t n, headroom::cuda::stream_view s) {
+    HEADROOM_CUDA_TRY(cudaMalloc(&p, n));
+    HEADROOM_CUDA_TRY(cudaMemsetAsync(p, 0x3C, n, s.get()));
+  }
   device_bytes(device_bytes const&) = delete;
   device_bytes& operator=(device_bytes const&) = delete;
   ~device_bytes() { HEADROOM_CUDA_TRY_NOTHROW(cudaFree(p)); }
@@ -132,6 +138,16 @@ __global__ void indexed_rows_kernel(uint4 const* __restrict__ in, uint4* __restr
   for (i64 r = warp; r < rows; r += warps) {
     i64 const src = index[r];
     for (i64 v = lane; v < vectors_per_row; v += 32) out[r * vectors_per_row + v] = in[src * vectors_per_row + v];
+  }
+}
+
+/// Word i of `p` = (i, ~i) as two 64-bit halves: every 16-byte word of the checked input differs,
+/// so a row or word in the wrong place (or not written) shows in the word-for-word check.
+__global__ void fill_distinct_words(uint4* p, i64 n) {
+  for (i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; i < n; i += static_cast<i64>(gridDim.x) * blockDim.x) {
+    auto const u = static_cast<std::uint64_t>(i);
+    p[i] = make_uint4(static_cast<unsigned>(u), static_cast<unsigned>(u >> 32), ~static_cast<unsigned>(u),
+                      ~static_cast<unsigned>(u >> 32));
   }
 }
 
@@ -278,12 +294,27 @@ result run_case(std::string const& op, i64 tokens, i64 width, int cp_size, optio
   int const sets = rotation_sets(2 * out_bytes);
   std::vector<std::unique_ptr<device_bytes>> in, out;
   for (int k = 0; k < sets; ++k) {
-    in.push_back(std::make_unique<device_bytes>(in_bytes));
-    out.push_back(std::make_unique<device_bytes>(out_bytes));
+    in.push_back(std::make_unique<device_bytes>(in_bytes, s));
+    out.push_back(std::make_unique<device_bytes>(out_bytes, s));
   }
+  std::ostringstream row_name;
+  row_name << op << " " << tokens << "x" << width << " cp " << cp_size;
+  // The index peer's rows: one input row (< the input's rows) per output row of this row's shape.
   auto const index_host = is_split ? p.local_index() : p.gather_index();
-  device_bytes index(index_host.size() * sizeof(i64));
-  HEADROOM_CUDA_TRY(cudaMemcpy(index.p, index_host.data(), index_host.size() * sizeof(i64), cudaMemcpyHostToDevice));
+  expects<logic_error>(static_cast<i64>(index_host.size()) == out_rows, "bench_cp_bandwidth: ", row_name.str(),
+                       ": index has ", index_host.size(), " entries, expected ", out_rows, " (output rows)");
+  for (std::size_t r = 0; r < index_host.size(); ++r)
+    expects<logic_error>(index_host[r] >= 0 && index_host[r] < p.global_rows(), "bench_cp_bandwidth: ", row_name.str(),
+                         ": index[", r, "] = ", index_host[r], ", expected in [0, ", p.global_rows(), ") (input rows)");
+  // Copied in order on `s` (the stream the index kernel runs on), not with cudaMemcpy: a pageable
+  // cudaMemcpy may return before its DMA lands, and the legacy stream it uses does not order the
+  // non-blocking `s`: the index kernel could read the 0x3C fill as row 0x3C3C3C3C3C3C3C3C (an
+  // illegal address, seen at 128K x 4096 cp 8, whose 128 KiB index is one staged chunk).
+  device_bytes index(index_host.size() * sizeof(i64), s);
+  HEADROOM_CUDA_TRY(cudaMemcpyAsync(index.p, index_host.data(), index_host.size() * sizeof(i64), cudaMemcpyHostToDevice, s.get()));
+  fill_distinct_words<<<1024, 256, 0, s.get()>>>(static_cast<uint4*>(in[0]->p), static_cast<i64>(in_bytes / 16));
+  HEADROOM_CUDA_CHECK_LAST();
+  HEADROOM_CUDA_TRY(cudaStreamSynchronize(s.get()));  // index_host is pageable; the fills are done
 
   // The kernel the op takes (ops.cuh): the runs kernel when the copy is small enough and its
   // runs fit, else the tiled kernel.
@@ -313,14 +344,12 @@ result run_case(std::string const& op, i64 tokens, i64 width, int cp_size, optio
                                                        static_cast<i64 const*>(index.p), out_rows, static_cast<i64>(row / 16));
     HEADROOM_CUDA_CHECK_LAST();
   };
-  std::ostringstream row_name;
-  row_name << op << " " << tokens << "x" << width << " cp " << cp_size << " (" << r.kernel << " kernel, " << sets
-           << " sets)";
+  row_name << " (" << r.kernel << " kernel, " << sets << " sets)";
   std::string const row_desc = row_name.str();
   std::fprintf(stderr, "bench_cp_bandwidth: %s\n", row_desc.c_str());  // a crash names its row
   // Before timing: ours must equal the index kernel's output, word for word (rows up to 1 GiB).
   if (out_bytes <= (std::size_t{1} << 30)) {
-    device_bytes ref(out_bytes), bad(sizeof(unsigned long long));
+    device_bytes ref(out_bytes, s), bad(sizeof(unsigned long long), s);
     indexed(0);
     HEADROOM_CUDA_TRY(cudaMemcpyAsync(ref.p, out[0]->p, out_bytes, cudaMemcpyDeviceToDevice, s.get()));
     HEADROOM_CUDA_TRY(cudaMemsetAsync(out[0]->p, 0, out_bytes, s.get()));
@@ -396,14 +425,16 @@ std::vector<gather_result> gather_on_two_gpus(options const& o, std::string& dev
       std::size_t const row = static_cast<std::size_t>(sh.width) * sizeof(bf16);
       std::size_t const local_bytes = static_cast<std::size_t>(p.local_rows()) * row;
       std::size_t const full_bytes = static_cast<std::size_t>(p.global_rows()) * row;
-      device_bytes local(local_bytes), out(full_bytes), ref(full_bytes), ws(full_bytes);
-      device_bytes bad(sizeof(unsigned long long));
-      HEADROOM_CUDA_TRY(cudaMemset(local.p, 0x11 + comm.rank(), local_bytes));  // ranks differ, so misplaced rows show
+      device_bytes local(local_bytes, s), out(full_bytes, s), ref(full_bytes, s), ws(full_bytes, s);
+      device_bytes bad(sizeof(unsigned long long), s);
+      // All on `s`, after the 0x3C fills: ranks differ, so misplaced rows show.
+      HEADROOM_CUDA_TRY(cudaMemsetAsync(local.p, 0x11 + comm.rank(), local_bytes, s.get()));
       // Distinct rows: stamp each local row's first 8 bytes with (rank, row).
       std::vector<i64> stamp(static_cast<std::size_t>(p.local_rows()));
       for (i64 r = 0; r < p.local_rows(); ++r) stamp[static_cast<std::size_t>(r)] = (i64{comm.rank()} << 40) | r;
-      HEADROOM_CUDA_TRY(cudaMemcpy2D(local.p, row, stamp.data(), sizeof(i64), sizeof(i64), stamp.size(), cudaMemcpyHostToDevice));
-      HEADROOM_CUDA_TRY(cudaDeviceSynchronize());
+      HEADROOM_CUDA_TRY(cudaMemcpy2DAsync(local.p, row, stamp.data(), sizeof(i64), sizeof(i64), stamp.size(),
+                                          cudaMemcpyHostToDevice, s.get()));
+      stream.synchronize();  // stamp is pageable host memory
       auto const lv = cp::matrix_view<bf16 const>(static_cast<bf16 const*>(local.p), p.local_rows(), sh.width);
       auto const ov = cp::matrix_view<bf16>(static_cast<bf16*>(out.p), p.global_rows(), sh.width);
       auto const rv = cp::matrix_view<bf16>(static_cast<bf16*>(ref.p), p.global_rows(), sh.width);
