@@ -251,6 +251,9 @@ def train(rank, args, run, out_path):
                 "lower_bound": a.plan.lower_bound if a.plan is not None else None,
                 "stats": dict(a.stats),
                 "fingerprint": a.plan.fingerprint() if a.plan is not None else None,
+                # named as Megatron names its buffers ({name}_{buffer group}_{dtype}_{offset})
+                "slot_bytes": {f"{a.name}_{sl.group}_{sl.key}_{sl.ordinal}": sl.nbytes
+                               for sl in (a.plan.slots if a.arena is not None else []) if sl.nbytes},
             })
         result["pools"] = pools
     if prof is not None:
@@ -442,6 +445,10 @@ def main() -> int:
             checks.append((f"{run}: losses bit-equal to Megatron MaxPool over {args.steps} steps", bits_equal))
             checks.append((f"{run}: every arena equals its plan ({len(used)} arenas)", bool(used) and row["arena_equals_plan"]))
         rows.append(row)
+    theirs = {k: v for k, v in ref["megatron_slot_bytes"].items() if k.startswith("fsdp_")}
+    ours = {k: v for p in results["max"]["pools"] for k, v in p.get("slot_bytes", {}).items()}
+    checks.append((f"max: slots byte-identical to Megatron MaxPool's buffers ({len(theirs)} buffers"
+                   + ("" if ours == theirs else f"; ours {ours}, Megatron's {theirs}") + ")", ours == theirs))
     interval = results["interval"]
     planned_saving = ref_pool - pool_bytes(interval)
     measured_saving = ref["peak_allocated"] - interval["peak_allocated"]

@@ -27,7 +27,11 @@ releasable_bucket_ids=None)``. Differences from Megatron's classes, all delibera
 
 Planners: ``max`` (default; Megatron's MaxPool: per dtype, the i-th largest bucket of every unit
 shares slot i, so ``plan.max_sizes`` and ``plan.bucket_offsets`` equal ``MaxPoolAllocator``'s
-``max_dtype_bucket_sizes`` and ``bucket_alloc_index``), ``by_bytes`` (the same rank matching on
+``max_dtype_bucket_sizes`` and ``bucket_alloc_index``; each slot's bytes are what Megatron's
+buffer of that name holds at run time: Megatron allocates a buffer per (buffer group, dtype,
+offset) lazily at its largest request, and a bucket keeps the first idle buffer group it got, so
+the plan replays that assignment in the order of the first step, forward or backward as the
+first request shows), ``by_bytes`` (the same rank matching on
 bytes, one untyped slot list shared by every dtype) and ``interval`` (learns the units'
 lifetimes from the first step, serving it from the caching allocator meanwhile; at
 :func:`end_step` it places every unit at a fixed byte range such that units alive together
@@ -249,15 +253,17 @@ def _numel(pg) -> int:
 
 def megatron_max_pool(groups, dtype_fn: Callable = operator.attrgetter("dtype")) -> Tuple[dict, dict]:
     """What Megatron's ``MaxPoolAllocator`` plans for these parameter groups, computed here:
-    ``(max_dtype_bucket_sizes, {bucket_id: offset})``."""
+    ``(max_dtype_bucket_sizes, {bucket_id: offset})``. Its buffers at run time can be smaller
+    (each is as large as the buckets that land in it); ``PoolAllocator(...).plan.slots`` has those."""
     sizes, _, offsets, _ = _rank_match(groups, _unit_buckets(groups), _numel, lambda pg: _storage_dtype(dtype_fn(pg)))
     return sizes, offsets
 
 
-def _layout(sizes_bytes: Dict[Any, List[int]], buffers: int, alignment: int) -> Tuple[List[Slot], int]:
+def _layout(group_sizes: List[Dict[Any, List[int]]], alignment: int) -> Tuple[List[Slot], int]:
+    """Slots of every buffer group at arena offsets, group-major; group_sizes[g][key][off] bytes."""
     slots = []
     cursor = 0
-    for g in range(buffers):
+    for g, sizes_bytes in enumerate(group_sizes):
         for key, lst in sizes_bytes.items():
             for ordinal, n in enumerate(lst):
                 cursor = _align_up(cursor, alignment)
@@ -266,10 +272,18 @@ def _layout(sizes_bytes: Dict[Any, List[int]], buffers: int, alignment: int) -> 
     return slots, _align_up(cursor, alignment)
 
 
-def _plan_rank_matched(planner, name, groups, buffers, alignment, dtype_fn, request_bytes) -> Plan:
+def _plan_rank_matched(planner, name, groups, buffers, alignment, dtype_fn, request_bytes, unit_order=None) -> Plan:
     """max / by_bytes. `request_bytes[b]`: bytes the allocator will be asked for bucket b (None:
-    bucket b never uses this allocator). Slots are sized on those; the matching itself is
-    Megatron's (on unpadded element counts for max, bytes for by_bytes)."""
+    bucket b never uses this allocator). The matching (bucket -> key and offset) is Megatron's
+    (on unpadded element counts for max, bytes for by_bytes).
+
+    Slot sizes are what Megatron's MaxPoolAllocator actually holds at run time, not its plan's
+    ``max_dtype_bucket_sizes``: it names one buffer per (buffer group, key, offset), allocates it
+    lazily at the size of the largest request made of it, and a bucket takes the first idle buffer
+    group at its first allocation and keeps it. Units acquired in `unit_order` (first-allocation
+    order; default: unit id order), at most `buffers` at a time and released oldest first, so land
+    in buffer group i % buffers for the i-th unit, and slot (g, key, off) is as large as the
+    largest request of the buckets at (key, off) of the units in group g."""
     units = _unit_buckets(groups)
     if planner == "max":
         sizes, definers, offsets, keys = _rank_match(groups, units, _numel, lambda pg: _storage_dtype(dtype_fn(pg)))
@@ -277,12 +291,27 @@ def _plan_rank_matched(planner, name, groups, buffers, alignment, dtype_fn, requ
         sizes, definers, offsets, keys = _rank_match(
             groups, units, lambda pg: _numel(pg) * _itemsize(dtype_fn(pg)), lambda pg: "bytes"
         )
-    slot_bytes = {k: [0] * len(v) for k, v in sizes.items()}
-    for b, off in offsets.items():
-        if request_bytes.get(b) is not None:
-            k = keys[b]
-            slot_bytes[k][off] = max(slot_bytes[k][off], request_bytes[b])
-    slots, arena = _layout(slot_bytes, buffers, alignment)
+    order = list(unit_order) if unit_order is not None else list(units)
+    order += [u for u in units if u not in order]
+    group_sizes = [{k: [0] * len(v) for k, v in sizes.items()} for _ in range(buffers)]
+    # Megatron's assignment, replayed: `buffers` units held at a time, the oldest released first,
+    # every bucket taking the lowest idle buffer group of its (key, offset) at first allocation.
+    busy: Dict[Tuple[Any, int], set] = defaultdict(set)
+    held: List[List[Tuple[Any, int, int]]] = []
+    for u in order:
+        if len(held) == buffers:
+            for k, off, g in held.pop(0):
+                busy[(k, off)].discard(g)
+        taken = []
+        for b in units[u]:
+            k, off = keys[b], offsets[b]
+            g = min(set(range(buffers)) - busy[(k, off)])
+            busy[(k, off)].add(g)
+            taken.append((k, off, g))
+            if request_bytes.get(b) is not None:
+                group_sizes[g][k][off] = max(group_sizes[g][k][off], request_bytes[b])
+        held.append(taken)
+    slots, arena = _layout(group_sizes, alignment)
     return Plan(planner, name, buffers, alignment, sizes, definers, offsets, keys, slots, arena)
 
 
@@ -482,6 +511,7 @@ class PoolAllocator:
         self._arena_units: Dict[int, set] = defaultdict(set)  # interval: unit -> held arena buckets
         self._dynamic = _DynamicBuckets()
         self._dynamic_held: set = set()
+        self._planned_bytes: Dict[int, Optional[int]] = {}
         self._persistent: Dict[Tuple[int, int, Any], Bucket] = {}
         self.stats = {"moves": 0, "off_trace_fallbacks": 0, "dynamic_allocations": 0, "peak_slots_in_use": 0}
         _serial_counter[0] += 1
@@ -623,9 +653,14 @@ class PoolAllocator:
         if self.planner == "interval":
             return self._allocate_interval(bucket_id, unit, size, dtype, device, mem_alloc_context, strict_assignments)
         if self.arena is None:
+            # Megatron's first allocation is the forward pass (parameters: unit order) or the
+            # backward pass (gradients: reverse unit order); the first unit asked for says which.
+            units = list(self.fsdp_unit_buckets)
+            order = units[::-1] if unit == units[-1] and len(units) > 1 else units
+            self._planned_bytes = self._request_bytes()
             self.plan = _plan_rank_matched(
                 self.planner, self.name, self.fsdp_param_groups, self.size, self.alignment, self.dtype_fn,
-                self._request_bytes(),
+                self._planned_bytes, order,
             )
             self._materialize(self.plan, device, mem_alloc_context)
         key = self.plan.bucket_key[bucket_id]
@@ -665,6 +700,20 @@ class PoolAllocator:
                 self.bucket_alloc_index[bucket_id] = (slot_id[0], off)
         self.stats["peak_slots_in_use"] = max(self.stats["peak_slots_in_use"], len(self.using_buffer))
         slot = self._slot_index[slot_id]
+        nbytes = size * _itemsize(dtype)
+        if bucket_id in self._dynamic_held or slot.nbytes < nbytes <= (self._planned_bytes.get(bucket_id) or 0):
+            # A bucket that had to move off its planned buffer group into a smaller slot: Megatron
+            # would re-allocate that buffer larger; the arena keeps its layout and the caching
+            # allocator serves this bucket while it holds the slot.
+            if bucket_id not in self._dynamic_held:
+                self.stats["off_trace_fallbacks"] += 1
+                logger.warning(
+                    "[headroom][%s] bucket %d of unit %s (%d B) does not fit slot %s (%d B) it moved to; "
+                    "served by the caching allocator", self.name, bucket_id, unit, size * _itemsize(dtype),
+                    slot.label(), slot.nbytes,
+                )
+                self._dynamic_held.add(bucket_id)
+            return self._dynamic.allocate(bucket_id, size, dtype, device)
         bucket = self._view(slot, bucket_id, size, dtype)
         self._leased[bucket_id] = (bucket, slot)
         if _lease_listeners:
@@ -683,6 +732,10 @@ class PoolAllocator:
         if slot_id is None:
             return  # already free (Megatron frees idempotently)
         self.idle_buffer.append(slot_id)
+        if bucket_id in self._dynamic_held:
+            self._dynamic_held.discard(bucket_id)
+            self._dynamic.free(bucket_id)
+            return
         leased = self._leased.pop(bucket_id, None)
         if _lease_listeners and leased is not None:
             self._emit("free", bucket_id, unit, *leased)
