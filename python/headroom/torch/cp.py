@@ -83,7 +83,7 @@ class _Entry:
     of the boundaries its kernels read."""
 
     __slots__ = ("host_cu", "args", "partition", "padding", "version", "global_rows", "local_rows", "raw_rows",
-                 "indices", "cuda_plan", "device", "device_cu")
+                 "indices", "cuda_plan", "device", "device_index", "device_cu")
 
     def __init__(self, host_cu: list, version: int, cp_size: int, cp_rank: int, layout: str, raw=None):
         """raw = (tp, extra, total_multiple): host_cu are raw boundaries, padded here."""
@@ -100,6 +100,7 @@ class _Entry:
         self.raw_rows = self.padding.raw_rows if raw is not None else -1
         self.indices = {}
         self.cuda_plan = self.device = self.device_cu = None
+        self.device_index = -2  # no device bound (CPU tensors report -1)
 
     def index(self, name: str, device: torch.device, shift: int = 0):
         """An index tensor of the plan on `device`: "local", "gather", "pad_split" (raw row or -1
@@ -146,6 +147,7 @@ class _Entry:
                 self.cuda_plan.set_device_raw_cu(raw_cu.data_ptr(), raw_cu.numel(), 8)
             self.cuda_plan.set_device_cu(padded.data_ptr(), padded.numel(), 8)
             self.device, self.device_cu = device, (padded, raw_cu)
+            self.device_index = padded.get_device()
         return self.cuda_plan
 
 
@@ -188,6 +190,10 @@ def _raw_entry(raw_cu: torch.Tensor, cp_size: int, cp_rank: int, layout: str, tp
 
 
 def _check_rows(x: torch.Tensor, rows: int, what: str, name: str, expected: str) -> None:
+    # One cheap test for the common case (every op runs it per call); the messages only on failure.
+    shape = x.shape
+    if shape and shape[0] == rows and x.is_contiguous() and (x.is_cuda or x.is_cpu):
+        return
     if x.dim() < 1:
         raise invalid_argument(f"{what}: {name} is a 0-d tensor, expected [rows, ...] with {rows} rows ({expected})")
     if x.shape[0] != rows:
@@ -195,8 +201,7 @@ def _check_rows(x: torch.Tensor, rows: int, what: str, name: str, expected: str)
     if not x.is_contiguous():
         raise invalid_argument(f"{what}: {name} of shape {tuple(x.shape)} has strides {x.stride()}, expected a "
                                "contiguous tensor (call .contiguous() first)")
-    if not (x.is_cuda or x.is_cpu):
-        raise invalid_argument(f"{what}: {name} is on device {x.device}, expected a CPU or CUDA tensor")
+    raise invalid_argument(f"{what}: {name} is on device {x.device}, expected a CPU or CUDA tensor")
 
 
 def _width(x: torch.Tensor) -> int:
@@ -204,22 +209,29 @@ def _width(x: torch.Tensor) -> int:
     return x.numel() // x.shape[0] if x.shape[0] else math.prod(x.shape[1:])
 
 
-_current_device = torch._C._cuda_getDevice if hasattr(torch._C, "_cuda_getDevice") else None
-_raw_stream = torch._C._cuda_getCurrentRawStream if hasattr(torch._C, "_cuda_getCurrentRawStream") else None
+# The private getters are a C call each; torch.cuda's public ones build Python objects per call.
+_current_device = getattr(torch._C, "_cuda_getDevice", None) or (lambda: torch.cuda.current_device())
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+    lambda device: torch.cuda.current_stream(device).cuda_stream)
 
 
-def _launch(entry: _Entry, method: str, x: torch.Tensor, out: torch.Tensor, *extra) -> torch.Tensor:
-    """One kernel launch on x's device and that device's current stream."""
-    if x.numel() == 0 and out.numel() == 0:
+def _launch(entry: _Entry, method: str, x: torch.Tensor, rows: int, out: torch.Tensor, out_rows: int,
+            extra: tuple = ()) -> torch.Tensor:
+    """One kernel launch on x's device and that device's current stream; x has `rows` rows (checked),
+    out `out_rows`."""
+    elements = x.numel()
+    if elements == 0 and out.numel() == 0:
         return out
-    plan = entry.bind(x.device)
     device = x.get_device()
-    args = (x.data_ptr(), x.shape[0], out.data_ptr(), out.shape[0], _width(x), x.element_size(), *extra)
-    if device == _current_device():
-        getattr(plan, method)(*args, _raw_stream(device))
-    else:
+    plan = entry.cuda_plan if entry.device_index == device else entry.bind(x.device)
+    width = elements // rows if rows else _width(x)
+    if device != _current_device():
         with torch.cuda.device(device):
-            getattr(plan, method)(*args, _raw_stream(device))
+            getattr(plan, method)(x.data_ptr(), rows, out.data_ptr(), out_rows, width, x.element_size(), *extra,
+                                  _raw_stream(device))
+        return out
+    getattr(plan, method)(x.data_ptr(), rows, out.data_ptr(), out_rows, width, x.element_size(), *extra,
+                          _raw_stream(device))
     return out
 
 
@@ -238,7 +250,7 @@ def _split_impl(x, cu_seqlens, cp_size, cp_rank, layout):
     _check_rows(x, e.global_rows, _SPLIT, "input", "cu_seqlens[-1], the padded total")
     if x.is_cpu:
         return x.index_select(0, e.index("local", x.device))
-    return _launch(e, "split", x, x.new_empty((e.local_rows, *x.shape[1:])))
+    return _launch(e, "split", x, e.global_rows, x.new_empty((e.local_rows, *x.shape[1:])), e.local_rows)
 
 
 def _split_adjoint_impl(y, cu_seqlens, cp_size, cp_rank, layout):
@@ -246,7 +258,7 @@ def _split_adjoint_impl(y, cu_seqlens, cp_size, cp_rank, layout):
     _check_rows(y, e.local_rows, _SPLIT_ADJ, "input", "this rank's rows, cu_seqlens[-1] / cp_size")
     if y.is_cpu:
         return y.new_zeros((e.global_rows, *y.shape[1:])).index_copy_(0, e.index("local", y.device), y)
-    return _launch(e, "split_adjoint", y, y.new_empty((e.global_rows, *y.shape[1:])))
+    return _launch(e, "split_adjoint", y, e.local_rows, y.new_empty((e.global_rows, *y.shape[1:])), e.global_rows)
 
 
 def _to_sequence_order_impl(x, cu_seqlens, cp_size, layout):
@@ -254,7 +266,7 @@ def _to_sequence_order_impl(x, cu_seqlens, cp_size, layout):
     _check_rows(x, e.global_rows, _TO_SEQ, "rank-major input", "cu_seqlens[-1], every rank's rows")
     if x.is_cpu:
         return x.index_select(0, e.index("gather", x.device))
-    return _launch(e, "to_sequence_order", x, torch.empty_like(x))
+    return _launch(e, "to_sequence_order", x, e.global_rows, torch.empty_like(x), e.global_rows)
 
 
 def _to_rank_order_impl(x, cu_seqlens, cp_size, layout):
@@ -262,7 +274,7 @@ def _to_rank_order_impl(x, cu_seqlens, cp_size, layout):
     _check_rows(x, e.global_rows, _TO_RANK, "sequence-order input", "cu_seqlens[-1]")
     if x.is_cpu:
         return torch.empty_like(x).index_copy_(0, e.index("gather", x.device), x)
-    return _launch(e, "to_rank_order", x, torch.empty_like(x))
+    return _launch(e, "to_rank_order", x, e.global_rows, torch.empty_like(x), e.global_rows)
 
 
 def _element_bytes(value: torch.Tensor) -> bytes:
@@ -270,20 +282,35 @@ def _element_bytes(value: torch.Tensor) -> bytes:
     return bytes(value.reshape(1).view(torch.uint8).tolist())
 
 
+# (pad value, dtype) -> the fill's bytes: building them costs a tensor and a copy, every call the same.
+_fill_bytes: dict = {}
+
+
+def _fill(pad_value: float, dtype: torch.dtype) -> bytes:
+    key = (pad_value, dtype)
+    fill = _fill_bytes.get(key)
+    if fill is None:
+        fill = _element_bytes(torch.tensor(pad_value, dtype=dtype))
+        if len(_fill_bytes) < 256:
+            _fill_bytes[key] = fill
+    return fill
+
+
 def _pad_split_impl(raw, raw_cu_seqlens, cp_size, cp_rank, layout, tp, extra, total_multiple, pad_value, shift):
     e = _raw_entry(raw_cu_seqlens, cp_size, cp_rank, layout, tp, extra, total_multiple, _PAD_SPLIT)
     _check_rows(raw, e.raw_rows, _PAD_SPLIT, "raw input", "raw_cu_seqlens[-1]")
-    if shift not in (0, 1):
+    if shift != 0 and shift != 1:
         raise invalid_argument(f"{_PAD_SPLIT}: shift = {shift}, expected 0 (the rows) or 1 (next-token labels)")
-    pad = torch.tensor(pad_value, dtype=raw.dtype)
     if raw.is_cpu:
+        pad = torch.tensor(pad_value, dtype=raw.dtype)
         idx = e.index("pad_split", raw.device, shift)
         if raw.shape[0] == 0:
             return pad.expand((e.local_rows, *raw.shape[1:])).clone()
         out = raw.index_select(0, idx.clamp(min=0))
         out[idx < 0] = pad
         return out
-    return _launch(e, "pad_split", raw, raw.new_empty((e.local_rows, *raw.shape[1:])), _element_bytes(pad), shift)
+    return _launch(e, "pad_split", raw, e.raw_rows, raw.new_empty((e.local_rows, *raw.shape[1:])), e.local_rows,
+                   (_fill(pad_value, raw.dtype), shift))
 
 
 def _pad_split_adjoint_impl(grad, raw_cu_seqlens, raw_rows, cp_size, cp_rank, layout, tp, extra, total_multiple,
@@ -425,33 +452,51 @@ _register_autograd(_pad_split_adjoint_op, _pad_split_adjoint_grad, 10)
 
 
 class _Eager(torch.autograd.Function):
+    """The eager path's autograd node: one non-tensor argument (impl, grad formula, op arguments),
+    nothing saved but that tuple and the input's row count."""
+
     @staticmethod
-    def forward(ctx, x, impl, grad, args):
-        ctx.grad, ctx.args, ctx.raw_rows = grad, args, x.shape[0]
-        return impl(x, *args)
+    def forward(ctx, x, call):
+        ctx.call = call + (x.shape[0],)
+        return call[0](x, *call[2])
 
     @staticmethod
     def backward(ctx, g):
-        if ctx.grad is _pad_split_grad:
-            return ctx.grad(g, ctx.args, ctx.raw_rows), None, None, None
-        return ctx.grad(g, ctx.args), None, None, None
+        _impl, grad, args, rows = ctx.call
+        if grad is _pad_split_grad:
+            return grad(g, args, rows), None
+        return grad(g, args), None
+
+
+# Function.apply in Python (torch <= 2.14) binds default arguments and walks the arguments for
+# functorch's dead wrappers before the C++ apply; the eager path runs only outside every functorch
+# transform, where that walk finds nothing, so it calls the C++ apply directly.
+try:
+    _eager_apply = torch._C._FunctionBase.__dict__["apply"].__get__(None, _Eager)
+except (AttributeError, KeyError, TypeError):
+    _eager_apply = _Eager.apply
 
 
 # The innermost functorch transform's level (vmap, grad, ...), None outside any.
 _functorch_level = getattr(getattr(torch._C, "_functorch", None), "maybe_current_level", lambda: None)
+_is_compiling = torch.compiler.is_compiling
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_function_modes = torch._C._is_torch_function_mode_enabled
+_grad_enabled = torch.is_grad_enabled
 
 
 def _eager_ok(x) -> bool:
-    return (type(x) is torch.Tensor and (x.is_cuda or x.is_cpu) and not torch.compiler.is_compiling()
-            and torch._C._len_torch_dispatch_stack() == 0 and not torch._C._is_torch_function_mode_enabled()
-            and _functorch_level() is None)
+    return (type(x) is torch.Tensor and (x.is_cuda or x.is_cpu) and not _is_compiling()
+            and _dispatch_modes() == 0 and not _function_modes() and _functorch_level() is None)
 
 
 def _call(op, impl, grad, x, *args):
-    if not _eager_ok(x):
+    # _eager_ok inlined: this runs on every call.
+    if not (type(x) is torch.Tensor and (x.is_cuda or x.is_cpu) and not _is_compiling()
+            and _dispatch_modes() == 0 and not _function_modes() and _functorch_level() is None):
         return op(x, *args)
-    if x.requires_grad and torch.is_grad_enabled():
-        return _Eager.apply(x, impl, grad, args)
+    if x.requires_grad and _grad_enabled():
+        return _eager_apply(x, (impl, grad, args))
     return impl(x, *args)
 
 

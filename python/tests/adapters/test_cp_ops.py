@@ -309,6 +309,22 @@ def test_pad_value_bytes_for_every_dtype():
         assert torch.equal(back, value.reshape(1))
 
 
+def test_pad_fill_is_cached_per_value_and_dtype():
+    # The CUDA path builds a pad value's bytes once per (value, dtype), not per call.
+    from headroom.torch.cp import _element_bytes, _fill, _fill_bytes
+
+    for dtype in (torch.bfloat16, torch.float32, torch.int64, torch.int8, torch.bool):
+        for value in (0.0, 1.0, -1.0):
+            if dtype is torch.bool and value < 0:
+                continue
+            want = _element_bytes(torch.tensor(value, dtype=dtype))
+            assert _fill(value, dtype) == want
+            assert _fill_bytes[(value, dtype)] == want
+            assert _fill(value, dtype) is _fill_bytes[(value, dtype)]
+    # Same value, two dtypes: two different fills (1.0 in bfloat16 is not 1 in int64).
+    assert _fill(1.0, torch.bfloat16) != _fill(1.0, torch.int64)
+
+
 def test_pad_split_mostly_pads():
     # One raw row, then pads and a dummy sequence: cu [0,1] -> padded [0,4,8] at cp = 2.
     part = cp.Partition.from_raw([0, 1], 2, 0, total_multiple=8)
