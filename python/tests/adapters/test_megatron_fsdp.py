@@ -166,6 +166,23 @@ def test_max_slots_equal_megatrons_at_run_time_on_random_workloads(seed):
         assert_max_slots_equal_megatrons_at_run_time(groups, order)
 
 
+def test_max_bucket_moved_into_a_smaller_slot_is_served_outside_the_arena(caplog):
+    groups = cpu_groups([group([1024 if u % 2 == 0 else 128], unit=u) for u in range(4)])
+    a = hm.PoolAllocator("p", groups)
+    a.allocate(0, 1024, torch.bfloat16, CPU)  # unit order: buffer 0 heavy, buffer 1 light
+    assert sorted(s.nbytes for s in a.plan.slots) == [256, 2048]
+    with caplog.at_level(logging.WARNING, logger="headroom.torch.megatron_fsdp"):
+        moved = a.allocate(2, 1024, torch.bfloat16, CPU)  # buffer 0 is held: it takes light buffer 1
+    lo, hi = a.arena.data_ptr(), a.arena.data_ptr() + a.arena.numel()
+    assert moved.data.numel() == 1024 and not lo <= moved.data.data_ptr() < hi
+    assert a.stats["off_trace_fallbacks"] == 1 and "does not fit slot g1/torch.bfloat16#0 (256 B)" in caplog.text
+    assert not a.can_allocate([1])  # it holds buffer 1 meanwhile, as in Megatron
+    a.free(2)
+    assert moved.data.untyped_storage().nbytes() == 0  # released
+    light = a.allocate(1, 128, torch.bfloat16, CPU)
+    assert lo <= light.data.data_ptr() < hi and a.stats["off_trace_fallbacks"] == 1
+
+
 TORCH_DTYPE = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32, "uint8": "float8"}
 
 
