@@ -154,7 +154,7 @@ def plan_only(args) -> None:
     rows.append(("interval", ip.arena_bytes, {"lower_bound": hp.lower_bound(w, [backward], resident=2)}))
     print(f"{len(groups)} parameter groups: " + ", ".join(
         f"unit {g.fsdp_unit_id} {sum(p.numel() for p in g.params)} el" for g in groups))
-    print(f"Megatron MaxPoolAllocator slots (bf16 grads): {theirs.max_dtype_bucket_sizes}")
+    print(f"Megatron MaxPoolAllocator max_dtype_bucket_sizes (bf16 grads): {theirs.max_dtype_bucket_sizes}")
     for planner, arena, detail in rows:
         print(f"  {planner:9s} arena {arena / 2**20:9.2f} MiB  {detail}")
 
