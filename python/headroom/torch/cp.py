@@ -177,15 +177,6 @@ def _lookup(cu: torch.Tensor, cp_size: int, cp_rank: int, layout: str, raw, what
     return _register(cu, key, entry)
 
 
-def _padded_entry(cu: torch.Tensor, cp_size: int, cp_rank: int, layout: str, what: str) -> _Entry:
-    return _lookup(cu, cp_size, cp_rank, layout, None, what)
-
-
-def _raw_entry(raw_cu: torch.Tensor, cp_size: int, cp_rank: int, layout: str, tp: int, extra: int,
-               total_multiple: int, what: str) -> _Entry:
-    return _lookup(raw_cu, cp_size, cp_rank, layout, (tp, extra, total_multiple), what)
-
-
 # ---- input checks (before anything runs) -------------------------------------------------------------
 
 
@@ -245,32 +236,36 @@ _PAD_SPLIT = "headroom.torch.cp.pad_split"
 _PAD_SPLIT_ADJ = "headroom.torch.cp.pad_split_adjoint"
 
 
-def _split_impl(x, cu_seqlens, cp_size, cp_rank, layout):
-    e = _padded_entry(cu_seqlens, cp_size, cp_rank, layout, _SPLIT)
+# `entry`: the plan, when the caller (a Partition, on the eager path) holds it current; the ops
+# find it from cu_seqlens.
+
+
+def _split_impl(x, cu_seqlens, cp_size, cp_rank, layout, entry=None):
+    e = entry or _lookup(cu_seqlens, cp_size, cp_rank, layout, None, _SPLIT)
     _check_rows(x, e.global_rows, _SPLIT, "input", "cu_seqlens[-1], the padded total")
     if x.is_cpu:
         return x.index_select(0, e.index("local", x.device))
     return _launch(e, "split", x, e.global_rows, x.new_empty((e.local_rows, *x.shape[1:])), e.local_rows)
 
 
-def _split_adjoint_impl(y, cu_seqlens, cp_size, cp_rank, layout):
-    e = _padded_entry(cu_seqlens, cp_size, cp_rank, layout, _SPLIT_ADJ)
+def _split_adjoint_impl(y, cu_seqlens, cp_size, cp_rank, layout, entry=None):
+    e = entry or _lookup(cu_seqlens, cp_size, cp_rank, layout, None, _SPLIT_ADJ)
     _check_rows(y, e.local_rows, _SPLIT_ADJ, "input", "this rank's rows, cu_seqlens[-1] / cp_size")
     if y.is_cpu:
         return y.new_zeros((e.global_rows, *y.shape[1:])).index_copy_(0, e.index("local", y.device), y)
     return _launch(e, "split_adjoint", y, e.local_rows, y.new_empty((e.global_rows, *y.shape[1:])), e.global_rows)
 
 
-def _to_sequence_order_impl(x, cu_seqlens, cp_size, layout):
-    e = _padded_entry(cu_seqlens, cp_size, 0, layout, _TO_SEQ)
+def _to_sequence_order_impl(x, cu_seqlens, cp_size, layout, entry=None):
+    e = entry or _lookup(cu_seqlens, cp_size, 0, layout, None, _TO_SEQ)
     _check_rows(x, e.global_rows, _TO_SEQ, "rank-major input", "cu_seqlens[-1], every rank's rows")
     if x.is_cpu:
         return x.index_select(0, e.index("gather", x.device))
     return _launch(e, "to_sequence_order", x, e.global_rows, torch.empty_like(x), e.global_rows)
 
 
-def _to_rank_order_impl(x, cu_seqlens, cp_size, layout):
-    e = _padded_entry(cu_seqlens, cp_size, 0, layout, _TO_RANK)
+def _to_rank_order_impl(x, cu_seqlens, cp_size, layout, entry=None):
+    e = entry or _lookup(cu_seqlens, cp_size, 0, layout, None, _TO_RANK)
     _check_rows(x, e.global_rows, _TO_RANK, "sequence-order input", "cu_seqlens[-1]")
     if x.is_cpu:
         return torch.empty_like(x).index_copy_(0, e.index("gather", x.device), x)
@@ -296,8 +291,9 @@ def _fill(pad_value: float, dtype: torch.dtype) -> bytes:
     return fill
 
 
-def _pad_split_impl(raw, raw_cu_seqlens, cp_size, cp_rank, layout, tp, extra, total_multiple, pad_value, shift):
-    e = _raw_entry(raw_cu_seqlens, cp_size, cp_rank, layout, tp, extra, total_multiple, _PAD_SPLIT)
+def _pad_split_impl(raw, raw_cu_seqlens, cp_size, cp_rank, layout, tp, extra, total_multiple, pad_value, shift,
+                    entry=None):
+    e = entry or _lookup(raw_cu_seqlens, cp_size, cp_rank, layout, (tp, extra, total_multiple), _PAD_SPLIT)
     _check_rows(raw, e.raw_rows, _PAD_SPLIT, "raw input", "raw_cu_seqlens[-1]")
     if shift != 0 and shift != 1:
         raise invalid_argument(f"{_PAD_SPLIT}: shift = {shift}, expected 0 (the rows) or 1 (next-token labels)")
@@ -315,7 +311,7 @@ def _pad_split_impl(raw, raw_cu_seqlens, cp_size, cp_rank, layout, tp, extra, to
 
 def _pad_split_adjoint_impl(grad, raw_cu_seqlens, raw_rows, cp_size, cp_rank, layout, tp, extra, total_multiple,
                             shift):
-    e = _raw_entry(raw_cu_seqlens, cp_size, cp_rank, layout, tp, extra, total_multiple, _PAD_SPLIT_ADJ)
+    e = _lookup(raw_cu_seqlens, cp_size, cp_rank, layout, (tp, extra, total_multiple), _PAD_SPLIT_ADJ)
     _check_rows(grad, e.local_rows, _PAD_SPLIT_ADJ, "gradient", "this rank's padded rows")
     if raw_rows != e.raw_rows:
         raise invalid_argument(f"{_PAD_SPLIT_ADJ}: raw_rows = {raw_rows}, expected {e.raw_rows} (raw_cu_seqlens[-1])")
@@ -458,11 +454,11 @@ class _Eager(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, call):
         ctx.call = call + (x.shape[0],)
-        return call[0](x, *call[2])
+        return call[0](x, *call[2], call[3])
 
     @staticmethod
     def backward(ctx, g):
-        _impl, grad, args, rows = ctx.call
+        _impl, grad, args, _entry, rows = ctx.call
         if grad is _pad_split_grad:
             return grad(g, args, rows), None
         return grad(g, args), None
@@ -490,14 +486,16 @@ def _eager_ok(x) -> bool:
             and _dispatch_modes() == 0 and not _function_modes() and _functorch_level() is None)
 
 
-def _call(op, impl, grad, x, *args):
+def _call(op, impl, grad, x, entry, *args):
     # _eager_ok inlined: this runs on every call.
     if not (type(x) is torch.Tensor and (x.is_cuda or x.is_cpu) and not _is_compiling()
             and _dispatch_modes() == 0 and not _function_modes() and _functorch_level() is None):
         return op(x, *args)
+    if entry is not None and entry.version != args[0]._version:
+        entry = None  # cu_seqlens changed in place since: the lookup rebuilds the plan
     if x.requires_grad and _grad_enabled():
-        return _eager_apply(x, (impl, grad, args))
-    return impl(x, *args)
+        return _eager_apply(x, (impl, grad, args, entry))
+    return impl(x, *args, entry)
 
 
 # ---- the partition: built once per batch ----------------------------------------------------------------
@@ -584,27 +582,35 @@ class Partition:
         return f"headroom.torch.cp.Partition({plan.partition!r}{' from ' + repr(plan.padding) if plan.padding else ''})"
 
     # -- ops
+    def _rank0(self) -> Optional[_Entry]:
+        """The plan the reorders use (rank 0's: they cover every rank), when this partition holds it."""
+        e = self._padded
+        return e if e.args[1] == 0 else None
+
     def split(self, x: torch.Tensor) -> torch.Tensor:
         """Global padded [T, ...] -> this rank's [T/cp, ...]."""
-        cp_size, cp_rank, layout, _ = self._padded.args
-        return _call(_split_op, _split_impl, _split_grad, x, self._cu, cp_size, cp_rank, layout)
+        e = self._padded
+        cp_size, cp_rank, layout, _ = e.args
+        return _call(_split_op, _split_impl, _split_grad, x, e, self._cu, cp_size, cp_rank, layout)
 
     def split_adjoint(self, y: torch.Tensor) -> torch.Tensor:
         """This rank's [T/cp, ...] back to [T, ...], zeros in the rows other ranks hold."""
-        cp_size, cp_rank, layout, _ = self._padded.args
-        return _call(_split_adjoint_op, _split_adjoint_impl, _split_adjoint_grad, y, self._cu, cp_size, cp_rank,
-                     layout)
+        e = self._padded
+        cp_size, cp_rank, layout, _ = e.args
+        return _call(_split_adjoint_op, _split_adjoint_impl, _split_adjoint_grad, y, e, self._cu,
+                     cp_size, cp_rank, layout)
 
     def to_sequence_order(self, x: torch.Tensor) -> torch.Tensor:
         """Rank-major [T, ...] (an all-gather of every rank's local rows) -> sequence order."""
         cp_size, _, layout, _ = self._padded.args
-        return _call(_to_sequence_order_op, _to_sequence_order_impl, _to_sequence_order_grad, x, self._cu, cp_size,
-                     layout)
+        return _call(_to_sequence_order_op, _to_sequence_order_impl, _to_sequence_order_grad, x, self._rank0(),
+                     self._cu, cp_size, layout)
 
     def to_rank_order(self, x: torch.Tensor) -> torch.Tensor:
         """Sequence order -> rank-major (TE's thd_sequence_order_to_cp_rank_order)."""
         cp_size, _, layout, _ = self._padded.args
-        return _call(_to_rank_order_op, _to_rank_order_impl, _to_rank_order_grad, x, self._cu, cp_size, layout)
+        return _call(_to_rank_order_op, _to_rank_order_impl, _to_rank_order_grad, x, self._rank0(), self._cu,
+                     cp_size, layout)
 
     def _raw_args(self, what: str):
         if self._raw_plan is None:
@@ -615,8 +621,8 @@ class Partition:
     def pad_split(self, raw: torch.Tensor, pad_value: float = 0, shift: int = 0) -> torch.Tensor:
         """split(pad(raw)) in one pass from raw, unpadded [T_raw, ...]. shift = 1: the next token
         of the same sequence (labels), pad_value past each sequence's last real token."""
-        _, args = self._raw_args("headroom.torch.cp.Partition.pad_split")
-        return _call(_pad_split_op, _pad_split_impl, _pad_split_grad, raw, *args, float(pad_value), int(shift))
+        e, args = self._raw_args("headroom.torch.cp.Partition.pad_split")
+        return _call(_pad_split_op, _pad_split_impl, _pad_split_grad, raw, e, *args, float(pad_value), int(shift))
 
     def shifted_label_split(self, raw_ids: torch.Tensor, raw_loss_mask: Optional[torch.Tensor] = None,
                             pad_value: float = 0):

@@ -266,6 +266,23 @@ def test_partition_reuse_and_cache():
     _raises(r"input has 20 rows .* expected 16", lambda: ops.cp_split(x, copy, 2, 1, "dual_chunk"))
 
 
+def test_partition_methods_see_boundaries_changed_in_place():
+    # The eager path uses the partition's own plan only while its boundaries are unchanged.
+    p = cp.Partition([0, 8, 20], 2, 0)
+    x = torch.arange(20.0).unsqueeze(1)
+    assert p.split(x).shape == (10, 1)
+    p.cu_seqlens[2] = 16
+    _raises(r"input has 20 rows .* expected 16", lambda: p.split(x))
+    assert torch.equal(p.split(x[:16]), cp.Partition([0, 8, 16], 2, 0).split(x[:16]))
+    assert torch.equal(p.to_sequence_order(x[:16]), cp.Partition([0, 8, 16], 2, 0).to_sequence_order(x[:16]))
+    raw = cp.Partition.from_raw([0, 5, 9], 2, 0)
+    ids = torch.arange(9)
+    before = raw.pad_split(ids)
+    raw.raw_cu_seqlens[1] = 3
+    assert torch.equal(raw.pad_split(ids, 0, 0), cp.Partition.from_raw([0, 3, 9], 2, 0).pad_split(ids))
+    assert not torch.equal(before, raw.pad_split(ids))
+
+
 def test_eager_path_equals_dispatcher():
     # Partition's methods skip the dispatcher in plain eager mode; under a dispatch mode (as
     # torch.compile and opcheck are) they go through torch.ops.headroom. Same values, same grads.
