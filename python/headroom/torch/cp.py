@@ -448,17 +448,18 @@ _register_autograd(_pad_split_adjoint_op, _pad_split_adjoint_grad, 10)
 
 
 class _Eager(torch.autograd.Function):
-    """The eager path's autograd node: one non-tensor argument (impl, grad formula, op arguments),
-    nothing saved but that tuple and the input's row count."""
+    """The eager path's autograd node: one non-tensor argument (impl, grad formula, op arguments,
+    plan); it keeps only the grad formula, the op arguments and the input's row count."""
 
     @staticmethod
     def forward(ctx, x, call):
-        ctx.call = call + (x.shape[0],)
-        return call[0](x, *call[2], call[3])
+        impl, grad, args, entry = call
+        ctx.call = (grad, args, x.shape[0])  # not the plan: the graph keeps what it holds alive
+        return impl(x, *args, entry)
 
     @staticmethod
     def backward(ctx, g):
-        _impl, grad, args, _entry, rows = ctx.call
+        grad, args, rows = ctx.call
         if grad is _pad_split_grad:
             return grad(g, args, rows), None
         return grad(g, args), None
