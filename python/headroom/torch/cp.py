@@ -482,13 +482,8 @@ _function_modes = torch._C._is_torch_function_mode_enabled
 _grad_enabled = torch.is_grad_enabled
 
 
-def _eager_ok(x) -> bool:
-    return (type(x) is torch.Tensor and (x.is_cuda or x.is_cpu) and not _is_compiling()
-            and _dispatch_modes() == 0 and not _function_modes() and _functorch_level() is None)
-
-
 def _call(op, impl, grad, x, entry, *args):
-    # _eager_ok inlined: this runs on every call.
+    # Eager only with nothing that needs the dispatcher (see above); tested inline, every call runs it.
     if not (type(x) is torch.Tensor and (x.is_cuda or x.is_cpu) and not _is_compiling()
             and _dispatch_modes() == 0 and not _function_modes() and _functorch_level() is None):
         return op(x, *args)
