@@ -158,7 +158,9 @@ def dispatch_rows(args, modules):
          lambda: plan.split(x.data_ptr(), tokens, out_local.data_ptr(), part.local_rows, width, 2, s),
          lambda: torch.index_select(x, 0, index, out=out_local)),
         ("split (input needs grad)", lambda: part.split(xg), lambda: ops.cp_split(xg, cu_t, cp, rank, "dual_chunk"),
-         lambda: plan.split(x.data_ptr(), tokens, out_local.data_ptr(), part.local_rows, width, 2, s), None),
+         lambda: plan.split(x.data_ptr(), tokens, out_local.data_ptr(), part.local_rows, width, 2, s),
+         # PyTorch's own differentiable gather (allocating, as the op does): its autograd node too
+         lambda: torch.index_select(xg, 0, index)),
         ("split_adjoint", lambda: part.split_adjoint(local), lambda: ops.cp_split_adjoint(local, cu_t, cp, rank, "dual_chunk"),
          lambda: plan.split_adjoint(local.data_ptr(), part.local_rows, out_global.data_ptr(), tokens, width, 2, s), None),
         ("to_sequence_order", lambda: part.to_sequence_order(x), lambda: ops.cp_to_sequence_order(x, cu_t, cp, "dual_chunk"),
