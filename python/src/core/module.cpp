@@ -7,6 +7,10 @@
 
 NB_MODULE(_core, m) {
   namespace nb = nanobind;
+  // No "nanobind: leaked N instances" at exit: torch's dispatcher keeps the Python functions that
+  // headroom.torch registers as custom ops (and through their globals every plan and partition the
+  // module caches) until the process ends, after nanobind's check; those are not leaks.
+  nb::set_leak_warnings(false);
   m.doc() = "headroom's C++ core (planners, schedules, CP index math, reports, snapshots)";
   m.attr("__version__") = headroom::version.string;
   m.attr("version_info") = nb::make_tuple(headroom::version.major, headroom::version.minor, headroom::version.patch);

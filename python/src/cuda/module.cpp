@@ -27,6 +27,10 @@ std::span<std::int64_t const> as_span(std::vector<std::int64_t> const& v) { retu
 }  // namespace
 
 NB_MODULE(_cuda, m) {
+  // No "nanobind: leaked N instances" at exit: torch's dispatcher keeps the Python functions that
+  // headroom.torch registers as custom ops (and through their globals every plan and partition the
+  // module caches) until the process ends, after nanobind's check; those are not leaks.
+  nb::set_leak_warnings(false);
   m.doc() = "headroom's CUDA kernels by raw pointer and stream (cp split / gather reorder / pad_split), no libtorch";
   // headroom::error and its subclasses become headroom._core's classes through the translators
   // _core registered: nanobind keeps translators in its internals, shared by every module built
