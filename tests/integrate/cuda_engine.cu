@@ -41,7 +41,7 @@ inline void device_free(void* p, cudaStream_t s) noexcept { (void)cudaFreeAsync(
 
 // Views of what your engine already owns: headroom never destroys the stream nor calls
 // ncclCommDestroy on the communicator.
-void average(cudaStream_t engine_stream, ncclComm_t engine_comm, std::span<float> device_grads) {
+void all_reduce_gradients(cudaStream_t engine_stream, ncclComm_t engine_comm, std::span<float> device_grads) {
   headroom::cuda::stream_view const s(engine_stream);
   auto comm = headroom::nccl::communicator::view(engine_comm);
   comm.all_reduce(std::span<float const>(device_grads), device_grads, headroom::reduce_op::sum, s);
@@ -79,7 +79,7 @@ TEST_CASE("the engine's stream and NCCL communicator, viewed; they outlive the v
   float* grads = nullptr;
   HEADROOM_CUDA_TRY(cudaMallocAsync(reinterpret_cast<void**>(&grads), host.size() * sizeof(float), raw_stream));
   HEADROOM_CUDA_TRY(cudaMemcpyAsync(grads, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice, raw_stream));
-  average(raw_stream, raw_comm, std::span<float>(grads, host.size()));
+  all_reduce_gradients(raw_stream, raw_comm, std::span<float>(grads, host.size()));
   {
     auto view = headroom::nccl::communicator::view(raw_comm);
     CHECK(view.rank() == 0);

@@ -364,7 +364,7 @@ TEST_CASE("engine_communicator: a stats reduce and every collective on four rank
 TEST_CASE("scale_stage on the host executor, over engine_communicator and engine_resource") {
   pp::pipeline_shape const shape{.stages = 4, .microbatches = 6};
   auto const sched = pp::make_schedule<pp::one_f_one_b>(shape);
-  std::vector<double> const w{0.5, 2.0, -1.5, 3.0};
+  std::vector<double> const weights{0.5, 2.0, -1.5, 3.0};
   std::size_t const n = 3;
   auto const bytes = pp::model_bytes::uniform(shape, scale_stage{.n = n, .weight = {}, .grad = {}}.bytes());
   auto const predicted = pp::predict_memory(sched, bytes, pp::retention::reduced{});
@@ -379,7 +379,7 @@ TEST_CASE("scale_stage on the host executor, over engine_communicator and engine
     my_engine::allocator engine(1 << 16);
     engine_resource resource(engine);
     pp::executor exec(comm, resource, sched, bytes);
-    scale_stage stage{.n = n, .weight = {{comm.rank(), w[static_cast<std::size_t>(comm.rank())]}}, .grad = {}};
+    scale_stage stage{.n = n, .weight = {{comm.rank(), weights[static_cast<std::size_t>(comm.rank())]}}, .grad = {}};
     auto result = exec.step(stage, pp::retention::reduced{});
     std::lock_guard lock(m);
     measured_peak[static_cast<std::size_t>(comm.rank())] = exec.statistics().bytes().peak;
@@ -388,7 +388,7 @@ TEST_CASE("scale_stage on the host executor, over engine_communicator and engine
   });
 
   // y = W x with W = prod w_s, so L_k = 0.5 W^2 |x_k|^2 and dL/dw_s = sum_k 2 L_k / w_s.
-  double const big_w = w[0] * w[1] * w[2] * w[3];
+  double const big_w = weights[0] * weights[1] * weights[2] * weights[3];
   REQUIRE(losses.size() == 6);
   double total = 0;
   for (int k = 0; k < 6; ++k) {
@@ -399,7 +399,7 @@ TEST_CASE("scale_stage on the host executor, over engine_communicator and engine
   }
   for (std::size_t s = 0; s < 4; ++s) {
     CAPTURE(s);
-    CHECK(grads[s] == doctest::Approx(2 * total / w[s]).epsilon(1e-12));
+    CHECK(grads[s] == doctest::Approx(2 * total / weights[s]).epsilon(1e-12));
     CHECK(measured_peak[s] == predicted.rank(static_cast<int>(s)).peak);  // the memory model, exactly
   }
   CHECK(measured_peak[0] > measured_peak[3]);  // 1F1B: rank 0 holds the most micro-batches
