@@ -96,7 +96,8 @@ class process_group {
       case dtype::f64: return f(static_cast<double*>(nullptr));
       case dtype::bf16: break;
     }
-    throw headroom::invalid_argument("my_engine::process_group: element type not supported by this stand-in");
+    throw headroom::invalid_argument("my_engine::process_group: dtype " + std::to_string(static_cast<int>(t)) +
+                                     (Reduce ? " cannot be reduced" : " is not supported by this stand-in"));
   }
   headroom::host::thread_communicator* ranks_;
 };

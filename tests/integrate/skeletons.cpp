@@ -358,6 +358,9 @@ TEST_CASE("engine_communicator: a stats reduce and every collective on four rank
     comm.broadcast(std::span<std::int64_t>(&seed, 1), 2, {});
     CHECK(seed == 42);
     comm.barrier({});
+    std::byte raw{};  // the stand-in refuses to reduce bytes, on every rank, before any collective
+    CHECK_THROWS_WITH_AS(group.allreduce(&raw, &raw, 1, my_engine::dtype::u8, my_engine::op::sum),
+                         "my_engine::process_group: dtype 0 cannot be reduced", headroom::invalid_argument);
   });
 }
 
