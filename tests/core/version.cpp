@@ -48,3 +48,12 @@ TEST_CASE("Conan recipe version matches version.hpp") {
 TEST_CASE("vcpkg port version matches version.hpp") {
   CHECK(value_after(read_source("ports/headroom/vcpkg.json"), "\"version\"") == header_version);
 }
+
+TEST_CASE("releases are tags v<version>: the release port and the FetchContent snippet take that tag") {
+  // docs/install.md, "Releases": tag vX.Y.Z on the commit whose four version strings are X.Y.Z.
+  CHECK(read_source("ports/headroom/portfile.release.cmake").find("REF \"v${VERSION}\"") != std::string::npos);
+  std::string const tag = "GIT_TAG        v" + header_version + ")";
+  CHECK(read_source("tests/consumer/fetchcontent/CMakeLists.txt").find(tag) != std::string::npos);
+  CHECK(read_source("docs/integrate.md").find(tag) != std::string::npos);
+  CHECK(read_source("docs/install.md").find("`v" + header_version + "`") != std::string::npos);
+}
