@@ -1,5 +1,5 @@
 // cp: packed-sequence context parallelism on the host substrate. The reference worked example
-// (cp_split.md §5) split, labelled and masked; a 4-rank thread_group gathering random packed
+// (docs/cp.md's worked example) split, labelled and masked; a 4-rank thread_group gathering random packed
 // batches back; the memory each gather_output policy would need at 128K tokens of Qwen logits,
 // asked before anything is allocated; and the loss normalised over a 2 x 2 DP x CP mesh.
 #include <cstdint>
