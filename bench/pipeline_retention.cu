@@ -1,8 +1,8 @@
 // headroom: needs 2 GPUs
 // A GPU reproduction of the torchtitan field report (discuss.pytorch.org, "Question about GPU
 // memory usage when using pipeline parallelism training under larger micro-batch count",
-// linked from PyTorch issue #159251): a toy LM split over 2 GPUs, 1F1B, fixed global batch, and what the last stage holds
-// under each output retention policy as the micro-batch count m grows.
+// linked from PyTorch issue #159251): a toy LM split over 2 GPUs, 1F1B, fixed global batch, and
+// what the last stage holds under each output retention policy as the micro-batch count m grows.
 //
 // Model (bf16 weights and activations, fp32 accumulation, cuBLAS GEMMs):
 //   stage 0  input [T x H] made on the device, 2 x (GEMM H x H, ReLU)         -> [T x H] to stage 1

@@ -1,7 +1,7 @@
 // Footprint of fixed-address pools for real hybrid models (the Nemotron-H / Nano / Super and
-// other hybrid families of pool/models.hpp): the arena each planner asks for, the bytes it leaves to a
-// fallback (dynamic: no NCCL registration, no CUDA graphs; or persistent: full memory cost), and
-// the interval planner against the lower bound. Pure planning: runs on any CPU.
+// other hybrid families of pool/models.hpp): the arena each planner asks for, the bytes it
+// leaves to a fallback (dynamic: no NCCL registration, no CUDA graphs; or persistent: full
+// memory cost), and the interval planner against the lower bound. Pure planning: runs on any CPU.
 //
 //   bench_pool_footprint            table, then one JSON line
 //

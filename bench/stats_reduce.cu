@@ -1,7 +1,7 @@
 // headroom: needs 2 GPUs
 // Latency of stats::reducer::max across 2 GPUs (NCCL), against the peers in the same run
-// (Megatron-Bridge PR #3645, github.com/NVIDIA-NeMo/Megatron-Bridge/pull/3645, stacks the report into one
-// float64 tensor and does one all_reduce(MAX); composer does one collective per key).
+// (Megatron-Bridge PR #3645, github.com/NVIDIA-NeMo/Megatron-Bridge/pull/3645, stacks the report
+// into one float64 tensor and does one all_reduce(MAX); composer does one collective per key).
 //
 // One thread per GPU. For each report size (8, 64, 512 keys; half int64, half double), every
 // method runs `warmup` times, then `iterations` timed times; each method starts from host values

@@ -1,6 +1,7 @@
 // cp: packed-sequence context parallelism on the host substrate. docs/cp.md's worked example
-// split, labelled and masked; a 4-rank thread_group gathering random packed batches back; the memory each gather_output policy would need at 128K tokens of Qwen logits,
-// asked before anything is allocated; and the loss normalised over a 2 x 2 DP x CP mesh.
+// split, labelled and masked; a 4-rank thread_group gathering random packed batches back; the
+// memory each gather_output policy would need at 128K tokens of Qwen logits, asked before
+// anything is allocated; and the loss normalised over a 2 x 2 DP x CP mesh.
 #include <cstdint>
 #include <random>
 #include <span>
