@@ -3,7 +3,7 @@
 //   memcpy    cudaMemcpyAsync device-to-device of the same bytes: the ceiling (target >= 90%)
 //   indexed   the index-tensor approach (Megatron/AReaL index_select, TE's reorder): a
 //             precomputed int64 index in device memory, one warp per row, 16-byte copies
-// Shapes (issue 4): 16K and 128K tokens x 4096 bf16 (hidden states) for split and reorder, and
+// Shapes: 16K and 128K tokens x 4096 bf16 (hidden states) for split and reorder, and
 // the reorder at the logits width 151,936 bf16 (16K tokens; 128K when two 37 GiB copies fit).
 // Batches: random packed sequences of 256..8192 tokens (multiples of 2*cp), cp in {2, 8}.
 // Each case: `warmup` runs, then `iterations` timed runs, each bracketed by CUDA events recorded
@@ -13,7 +13,7 @@
 // run filled, and spans many event-timer ticks. Bandwidth counts bytes read + bytes written.
 // The torch peer is bench/cp_torch.py.
 //
-// Gather on 2 GPUs (issue 16), cp = 2, 16K and 128K x 4096 and 16K x 151936 bf16: the whole
+// Gather on 2 GPUs, cp = 2, 16K and 128K x 4096 and 16K x 151936 bf16: the whole
 // device gather against the bare ncclAllGather of the same bytes (the target: <= 1.1x):
 //   all_gather     ncclAllGather of the local rows into a [T, w] buffer (rank-major): the floor
 //   serial         cp::cuda::gather: one all-gather into a workspace, then the reorder kernel

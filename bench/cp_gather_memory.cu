@@ -1,7 +1,7 @@
 // headroom: needs 2 GPUs
 // Peak device memory of the last pipeline stage on 2 GPUs (cp = 2) under each gather_output
-// policy, for logits-sized tensors ([T, 151,936] bf16, Qwen's vocabulary; AReaL #1223 saw
-// 37 GiB per rank of gathered logits at 128K tokens).
+// policy, for logits-sized tensors ([T, 151,936] bf16, Qwen's vocabulary; AReaL's PR #1223, which
+// stopped gathering CP logits, reports 37 GiB per rank of gathered logits at 128K tokens).
 //
 // Each rank holds its local logits [T/cp, V] in a fresh cudaMemPool (cuda::async_resource);
 // the pool's high-water mark is reset, then cp::cuda::collect_output runs with its temporaries

@@ -4,7 +4,7 @@ reorder after the all-gather, with the indices precomputed (Megatron's partition
 inverse_gather_perm, AReaL's reassemble indices): torch.index_select(x, 0, idx, out=out).
 A device-to-device copy of the same bytes (out.copy_(x[:rows])) is measured in the same run.
 
-Shapes (issue 4): 16K and 128K tokens x 4096 bf16 for split and reorder, and the reorder at the
+Shapes: 16K and 128K tokens x 4096 bf16 for split and reorder, and the reorder at the
 logits width 151,936 bf16 (16K; 128K when two copies fit). cp in {2, 8}; random packed batches of
 256..8192-token sequences (multiples of 2*cp). CUDA-event medians after warm-up; small cases rotate
 through buffer sets as bench_cp_bandwidth does (so they read memory, not L2); bandwidth counts

@@ -1,5 +1,6 @@
 // headroom: needs 2 GPUs
-// The PyTorch forum case on 2 GPUs (../shared/reference/allocators.md §3.2-3.4): tensor-parallel
+// The PyTorch forum case on 2 GPUs (dev-discuss.pytorch.org, "FSDP & CUDACachingAllocator: an
+// outsider newb perspective", and PyTorch PR #76861 on record_stream): tensor-parallel
 // layers whose outputs are all-reduced on a communication stream. With record_stream semantics
 // (`deferred`) a freed output stays out of reuse until the host sees the all-reduce complete,
 // and the host runs ahead of the GPU, so memory grows with the depth of the queue. A

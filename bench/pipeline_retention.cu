@@ -1,7 +1,8 @@
 // headroom: needs 2 GPUs
-// Issue 13's GPU reproduction of the torchtitan field report (../shared/reference/reduce_pp.md
-// §C.1): a toy LM split over 2 GPUs, 1F1B, fixed global batch, and what the last stage holds
-// under each output retention policy as the micro-batch count m grows.
+// A GPU reproduction of the torchtitan field report (discuss.pytorch.org, "Question about GPU
+// memory usage when using pipeline parallelism training under larger micro-batch count",
+// linked from PyTorch issue #159251): a toy LM split over 2 GPUs, 1F1B, fixed global batch, and
+// what the last stage holds under each output retention policy as the micro-batch count m grows.
 //
 // Model (bf16 weights and activations, fp32 accumulation, cuBLAS GEMMs):
 //   stage 0  input [T x H] made on the device, 2 x (GEMM H x H, ReLU)         -> [T x H] to stage 1
@@ -9,7 +10,7 @@
 //            (one kernel: loss and dL/dlogits, scaled by 1 / global tokens like PyTorch's mean
 //            loss with scale_grads)
 // H = 4096, V = 131072, m in {2, 4, 8, 16}, two series:
-//   global      the issue's setup: a fixed global batch of 16384 tokens, T = 16384 / m tokens per
+//   global      a fixed global batch of 16384 tokens, T = 16384 / m tokens per
 //               micro-batch (what `all` keeps adds up to the same 16384 x V whatever m)
 //   microbatch  the field report's growth: T = 2048 tokens per micro-batch, global batch m x T
 // bench/pipeline_retention_torch.py runs the `global` shapes with PyTorch's Schedule1F1B.
@@ -22,7 +23,7 @@
 //   measured   the pool's used-memory high-water mark over one step (cudaMemPoolAttrUsedMemHigh,
 //              reset at the step's start): what torch.cuda.max_memory_allocated() measures
 //   step ms    median host wall time of a step (both streams drained), max over the stages
-// Output: a table, the targets of issue 13, then one JSON line.
+// Output: a table, the targets (docs/pipeline.md), then one JSON line.
 //
 //   bench_pipeline_retention [--tokens 16384] [--microbatch-tokens 2048] [--microbatches 2,4,8,16]
 //                            [--steps 3] [--hidden 4096] [--vocab 131072]
@@ -483,7 +484,7 @@ int main(int argc, char** argv) try {
                 r.tokens, r.stage, gib(r.predicted), gib(r.measured), err, gib(r.reserved), r.step_ms,
                 r.stage == 1 ? double(r.loss) : 0.0);
   }
-  // Issue 13's targets, from the rows above.
+  // The targets of docs/pipeline.md, from the rows above.
   auto const find = [&](std::string_view series, std::string_view policy, int m, int stage) -> row const& {
     return *std::find_if(rows.begin(), rows.end(), [&](row const& r) {
       return r.series == series && r.policy == policy && r.m == m && r.stage == stage;

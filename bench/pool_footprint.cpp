@@ -1,7 +1,7 @@
-// Footprint of fixed-address pools for real hybrid models (reference/maxpool.md §8 and the other
-// hybrid families of pool/models.hpp): the arena each planner asks for, the bytes it leaves to a
-// fallback (dynamic: no NCCL registration, no CUDA graphs; or persistent: full memory cost), and
-// the interval planner against the lower bound. Pure planning: runs on any CPU.
+// Footprint of fixed-address pools for real hybrid models (the Nemotron-H / Nano / Super and
+// other hybrid families of pool/models.hpp): the arena each planner asks for, the bytes it
+// leaves to a fallback (dynamic: no NCCL registration, no CUDA graphs; or persistent: full
+// memory cost), and the interval planner against the lower bound. Pure planning: runs on any CPU.
 //
 //   bench_pool_footprint            table, then one JSON line
 //
@@ -15,7 +15,7 @@
 //   bound                          lower bound: the largest window of N consecutive units
 //   int/bound, max/bound           arenas over the bound, at N = 2 and N = 3
 //   plan ms                        host time of make_interval_plan (N = 2 and 3 together)
-// Targets (issue 17): N = 2 interval == bound on every row; N = 3 within 1.10x of the bound and
+// Targets (docs/pool.md): N = 2 interval == bound on every row; N = 3 within 1.10x of the bound and
 // never above MaxPool; a 120-unit model planned in < 10 ms.
 #include <algorithm>
 #include <chrono>

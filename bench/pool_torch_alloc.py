@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch peers of bench_pool_acquire: host time per get + return of a unit's buffers over the
 same training-step trace (forward then backward over all units, one unit prefetched), for the
-allocators Megatron-FSDP uses when a unit has no pool slot (reference/maxpool.md section 2):
+allocators Megatron-FSDP uses when a unit has no pool slot (its fallback allocators):
 
   torch.empty + del        TemporaryBucketAllocator (the caching allocator)
   storage resize_          StorageResizeBasedBucketAllocator (untyped_storage().resize_(n) / resize_(0))

@@ -1,5 +1,5 @@
 // headroom: needs 2 GPUs
-// Scale validation (issue 8): cp, stats and pool on every visible GPU of one host, one thread per
+// Scale validation: cp, stats and pool on every visible GPU of one host, one thread per
 // GPU (nccl::launch_per_device over an N-rank world communicator, N = cudaGetDeviceCount >= 2).
 // Written for 4 and 8 H200s; runs unchanged on any N >= 2 (groups that do not fit are skipped
 // and listed). NCCL_NVLS_ENABLE=0 is set at start unless the environment sets it; nothing here

@@ -1,7 +1,7 @@
 // headroom: needs 2 GPUs
 // Latency of stats::reducer::max across 2 GPUs (NCCL), against the peers in the same run
-// (../shared/reference/reduce_pp.md §A: Megatron-Bridge PR #3645 stacks the report into one
-// float64 tensor and does one all_reduce(MAX); composer does one collective per key).
+// (Megatron-Bridge PR #3645, github.com/NVIDIA-NeMo/Megatron-Bridge/pull/3645, stacks the report
+// into one float64 tensor and does one all_reduce(MAX); composer does one collective per key).
 //
 // One thread per GPU. For each report size (8, 64, 512 keys; half int64, half double), every
 // method runs `warmup` times, then `iterations` timed times; each method starts from host values
@@ -17,7 +17,7 @@
 //   per_key         one ncclAllReduce per key (staged once in, once out): composer's pattern
 //   headroom_gather stats::reducer::gather (one all_gather, per-rank table), for reference
 //   device_resident stats::cuda::device_reducer::max on a report already in device memory
-//                   (issue 16): one ncclAllReduce of the keys, a D2H copy into a pinned slot and an
+//                   one ncclAllReduce of the keys, a D2H copy into a pinned slot and an
 //                   event, then get() (waits for the event, decodes). Target <= 1.1x nccl_device.
 //   device_graph    the same reduction captured once in a CUDA graph: cudaGraphLaunch, then get()
 //   host enqueue    host time the training thread spends per logged step: device_reducer::max()

@@ -7,8 +7,8 @@ ends with Python values, as a dashboard needs them.
 
   pr3645     Megatron-Bridge PR #3645, reduce_max_memory_across_pp_group: one float64 tensor of
              all values on the GPU, one all_reduce(MAX), .tolist(), ints restored
-             (../shared/reference/reduce_pp.md section A.2), copied as written
-  per_key    one all_reduce(MAX) per key (composer's MemoryMonitor pattern, section A.5)
+             (github.com/NVIDIA-NeMo/Megatron-Bridge/pull/3645), copied as written
+  per_key    one all_reduce(MAX) per key (composer's MemoryMonitor pattern)
   device     all_reduce(MAX) of a float64 tensor already on the GPU: the collective alone
 
 Report sizes: 8, 64 and 512 keys, half ints (around 2^40), half floats, as in the C++ bench.

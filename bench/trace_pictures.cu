@@ -3,7 +3,7 @@
 // forum cases run on a one-rank communicator (the all-reduce still runs on the communication
 // stream, which is what the policies differ in) and the cp cases, which need cp = 2, are skipped.
 //
-//   forum_<policy>   the PyTorch forum case (reference/allocators.md §3.2-3.4): layers whose
+//   forum_<policy>   the PyTorch forum case (bench/lifetime_forum.cu): layers whose
 //                    outputs are all-reduced on a communication stream. `deferred` (the
 //                    record_stream model) keeps each freed output until the host sees its
 //                    all-reduce complete, so with the host running ahead the blocks pile up;

@@ -1,5 +1,6 @@
 // Communication buffers that do not hold memory back: the PyTorch forum's tensor-parallel model
-// (../shared/reference/allocators.md §3.4) written with lifetime guards. Copy the loop in
+// (dev-discuss.pytorch.org, "FSDP & CUDACachingAllocator: an outsider newb perspective") written
+// with lifetime guards. Copy the loop in
 // `forward` into your engine.
 //
 // Each layer computes y = x @ W on the compute stream, all-reduces y on a communication stream,

@@ -1,4 +1,5 @@
-// CP-local loss on a packed batch (AReaL #1223's path, with headroom::cp):
+// CP-local loss on a packed batch (the path AReaL PR #1223 took to stop gathering logits), with
+// headroom::cp:
 //   1. pad the raw packed batch for the CP layout (query first: print the padding/partition),
 //   2. build this rank's input ids, next-token labels and loss mask straight from the raw,
 //      unpadded tensors (one fused pad+split launch each; labels and mask use shift = 1),

@@ -2,10 +2,11 @@
 //
 // Megatron writes TensorBoard from the last rank, but under 1F1B the memory peak sits on the
 // FIRST pipeline stage, so a dashboard fed from the writer's own counters under-reports it
-// (../shared/reference/reduce_pp.md §A.1). Here 4 pipeline stages run as threads; each counts
-// its allocations through a statistics_resource, and once per logging window every stage joins
-// ONE all_gather; only the writer (the last stage) receives the table and prints, for each
-// stat, the max across stages and which stage holds it, next to what it saw locally.
+// (torchtitan #773: rank 0 at 22.74 GiB, rank 7 at 17.97 GiB). Here 4 pipeline stages run as
+// threads; each counts its allocations through a statistics_resource, and once per logging
+// window every stage joins ONE all_gather; only the writer (the last stage) receives the table
+// and prints, for each stat, the max across stages and which stage holds it, next to what it saw
+// locally.
 //
 // To use with NCCL instead: the same calls on a headroom::nccl::communicator, with
 // stats::reducer<stats::cuda::blocking_device_staging> (headroom/stats/cuda/staging.hpp).

@@ -3,7 +3,7 @@
 // in Megatron) logs the max across the pipeline group, gathered in ONE collective.
 //
 // Under 1F1B the first stage holds p micro-batches' activations and the last stage one, so the
-// peak sits on stage 0 while dashboards are written by the last rank (reduce_pp.md §A.1). Here 2
+// peak sits on stage 0 while dashboards are written by the last rank (docs/stats.md). Here 2
 // stages run on 2 GPUs (one thread each, NCCL) with the pipeline executor; each stage's memory
 // comes from its own cudaMemPool_t (weights and the executor's buffers alike), reported under
 // torch.cuda.memory_stats() key names by stats::cuda::mem_pool_stats. After the step every stage

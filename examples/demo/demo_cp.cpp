@@ -1,7 +1,7 @@
-// cp: packed-sequence context parallelism on the host substrate. The reference worked example
-// (cp_split.md §5) split, labelled and masked; a 4-rank thread_group gathering random packed
-// batches back; the memory each gather_output policy would need at 128K tokens of Qwen logits,
-// asked before anything is allocated; and the loss normalised over a 2 x 2 DP x CP mesh.
+// cp: packed-sequence context parallelism on the host substrate. docs/cp.md's worked example
+// split, labelled and masked; a 4-rank thread_group gathering random packed batches back; the
+// memory each gather_output policy would need at 128K tokens of Qwen logits, asked before
+// anything is allocated; and the loss normalised over a 2 x 2 DP x CP mesh.
 #include <cstdint>
 #include <random>
 #include <span>
@@ -65,7 +65,7 @@ void reference_example(headroom::demo::printer& p) {
     if (r == 0) p.line(part);
   }
   p.print(t);
-  p.check(labels_ok, "labels match the reference table (roll the global padded buffer, then split)");
+  p.check(labels_ok, "labels match docs/cp.md's table (roll the global padded buffer, then split)");
   p.check(valid == 10, "10 valid (label, mask) pairs: a3..a6 and b4..b9; rank 0 holds none (hence a 0-safe mean)");
 }
 
@@ -122,7 +122,8 @@ void memory_query(headroom::demo::printer& p) {
   row(per_token);
   p.line("last stage at 128K tokens x 151,936 bf16, cp = 2: local logits ", headroom::format_bytes(local), " per rank");
   p.print(t);
-  p.check(full.output_buffer_bytes == 2 * local, "full keeps cp x the local logits (37 GiB, AReaL #1223)");
+  p.check(full.output_buffer_bytes == 2 * local,
+          "full keeps cp x the local logits: 37 GiB, the per-rank OOM that AReaL's PR #1223 removed by not gathering logits");
   p.check(chunked.workspace_bytes * 16 == full.workspace_bytes,
           "a gather in 8K-row chunks of whole sequences needs 1/16 of the workspace (16 all-gathers)");
   p.check(none.extra_bytes() == 0 && per_token.extra_bytes() < local / 1000,

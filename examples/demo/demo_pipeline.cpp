@@ -104,7 +104,8 @@ void demo_pipeline(headroom::demo::printer& p) {
     flat = flat && none.rank(stages - 1).total() == none_first;
   }
   p.line("");
-  p.line("predicted totals (parameters included) as the micro-batch count grows, the field report's shape:");
+  p.line("predicted totals (parameters included) as the micro-batch count grows; a torchtitan user reported");
+  p.line("the last stage growing like this on PyTorch's forum (discuss.pytorch.org):");
   p.print(sweep);
   p.check(flat, "with retention::none the last stage does not grow with m");
 }

@@ -5,7 +5,9 @@
 // rejects, the error, a part of the message and the doctest case that proves it. This test
 // keeps the catalogue honest: each row's test file and case must exist, its error must be a
 // headroom::error subclass (or std::bad_alloc), and the quoted message part must appear in that
-// test file. The checker is also run on broken rows to show that it catches them.
+// test file. Every error class the headers declare must be in the "Error classes" table, and
+// every module of the CUDA-free core must have a table. The checkers are also run on broken
+// input to show that they catch it.
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -95,13 +97,65 @@ bool has_test_case(std::string const& src, std::string const& name) {
   return false;
 }
 
+// The error classes `headers` declare: headroom::error (the class derived from
+// std::runtime_error) and every class derived from one of them, directly or not. `headers` maps
+// a file name to its text; only lines of the form `class X : public Y` are read.
+std::set<std::string> error_classes(std::map<std::string, std::string> const& headers) {
+  static std::regex const decl(R"(^\s*(?:class|struct)\s+(\w+)\s*(?:final\s*)?:\s*public\s+([\w:]+))");
+  std::map<std::string, std::string> base_of;
+  for (auto const& [name, text] : headers) {
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) {
+      std::smatch m;
+      if (line.find("public") != std::string::npos && std::regex_search(line, m, decl)) {
+        std::string base = m[2];
+        if (base.rfind("headroom::", 0) == 0) base = base.substr(10);
+        base_of[m[1]] = base;
+      }
+    }
+  }
+  std::set<std::string> out;
+  if (base_of.contains("error") && base_of["error"] == "std::runtime_error") out.insert("error");
+  for (bool grew = !out.empty(); grew;) {
+    grew = false;
+    for (auto const& [name, base] : base_of)
+      if (out.contains(base) && out.insert(name).second) grew = true;
+  }
+  return out;
+}
+
+std::map<std::string, std::string> public_headers() {
+  std::map<std::string, std::string> out;
+  for (auto const& e : fs::recursive_directory_iterator(root / "include"))
+    if (e.is_regular_file()) out[e.path().string()] = read(e.path());
+  return out;
+}
+
+// Classes of `classes` without a row "| `name` |" in the "## Error classes" section of `doc`.
+std::vector<std::string> undocumented_classes(std::string const& doc, std::set<std::string> const& classes) {
+  auto const begin = doc.find("\n## Error classes\n");
+  auto const end = begin == std::string::npos ? begin : doc.find("\n## ", begin + 1);
+  std::string const section = begin == std::string::npos ? std::string() : doc.substr(begin, end - begin);
+  std::vector<std::string> out;
+  for (auto const& c : classes)
+    if (section.find("\n| `" + c + "` |") == std::string::npos) out.push_back(c);
+  return out;
+}
+
+std::set<std::string> const& known_errors() {
+  static std::set<std::string> const errors = [] {
+    auto s = error_classes(public_headers());
+    s.insert("std::bad_alloc");
+    return s;
+  }();
+  return errors;
+}
+
 // Everything wrong with one row, as messages.
 std::vector<std::string> check(row const& r) {
   std::vector<std::string> out;
   auto const where = "line " + std::to_string(r.line) + " (" + r.entry + "): ";
-  static std::set<std::string> const errors = {"error",          "invalid_argument", "logic_error", "capacity_error",
-                                               "collective_mismatch", "group_aborted", "cuda_error", "nccl_error",
-                                               "mpi_error",      "std::bad_alloc"};
+  auto const& errors = known_errors();
   static std::regex const ticked("`([^`]+)`");
   int named = 0;
   for (std::sregex_iterator it(r.error.begin(), r.error.end(), ticked), end; it != end; ++it) {
@@ -139,7 +193,7 @@ TEST_CASE("docs/errors.md: every row names an existing test case that checks its
     for (auto const& p : check(r)) FAIL_CHECK(p);
   }
   // Every module of the CUDA-free core has a table.
-  for (char const* m : {"core", "host (thread_group)", "cp", "pool", "stats", "lifetime"}) {
+  for (char const* m : {"core", "host (thread_group)", "cp", "pool", "stats", "lifetime", "pipeline", "trace"}) {
     CAPTURE(m);
     CHECK(per_module[m] >= 1);
   }
@@ -167,4 +221,29 @@ TEST_CASE("the catalogue check catches a missing test case, a missing file, an u
   REQUIRE(c.size() == 2);
   CHECK(c[0].find("std::out_of_range' is not a headroom error") != std::string::npos);
   CHECK(c[1].find("does not appear in tests/core/bytes.cpp") != std::string::npos);
+}
+
+TEST_CASE("docs/errors.md lists every error class the headers declare") {
+  auto const classes = error_classes(public_headers());
+  CAPTURE(classes.size());
+  // The hierarchy of core/error.hpp; a parser that finds fewer must not pass.
+  for (char const* c : {"error", "invalid_argument", "logic_error", "capacity_error", "collective_mismatch",
+                        "group_aborted", "cuda_error", "nccl_error", "mpi_error"}) {
+    CAPTURE(c);
+    CHECK(classes.contains(c));
+  }
+  for (auto const& c : undocumented_classes(read(root / "docs/errors.md"), classes))
+    FAIL_CHECK("error class " << c << " is declared in include/ but has no row in docs/errors.md's Error classes table");
+}
+
+TEST_CASE("the class check finds classes derived at any depth, and catches an undocumented one") {
+  std::map<std::string, std::string> const headers = {
+      {"a.hpp", "class error : public std::runtime_error {};\nclass invalid_argument : public error {};\n"},
+      {"b.hpp", "  class plan_error final : public headroom::invalid_argument {\nclass unrelated : public std::vector<int> {};\n"}};
+  auto const classes = error_classes(headers);
+  CHECK(classes == std::set<std::string>{"error", "invalid_argument", "plan_error"});
+  std::string const doc = "# errors\n\n## Error classes\n\n| class | when | message |\n|---|---|---|\n| `error` | x | y |\n"
+                          "| `invalid_argument` | x | y |\n\n## core\n\n| `plan_error` | x | y |\n";
+  CHECK(undocumented_classes(doc, classes) == std::vector<std::string>{"plan_error"});  // outside the section
+  CHECK(undocumented_classes("no such section", classes).size() == 3);
 }

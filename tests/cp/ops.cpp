@@ -46,7 +46,7 @@ struct rgb {
 };
 }  // namespace
 
-TEST_CASE("reference §5: split, labels, loss mask, gather and unpad") {
+TEST_CASE("docs/cp.md worked example: split, labels, loss mask, gather and unpad") {
   std::vector<int> const raw_cu{0, 7, 17};
   cp::padding pad(raw_cu, cp::alignment_for<dual_chunk>(2));
   std::vector<int> raw_ids;

@@ -27,7 +27,7 @@ std::vector<i64> index_of(std::vector<I> const& cu, int cp_size, int rank) {
 std::vector<i64> v(std::initializer_list<i64> x) { return x; }
 }  // namespace
 
-TEST_CASE("reference §5: cp=2, cu_seqlens [0,8,20] (int32 and int64 alike)") {
+TEST_CASE("docs/cp.md worked example: cp=2, cu_seqlens [0,8,20] (int32 and int64 alike)") {
   std::vector<std::int32_t> cu32{0, 8, 20};
   std::vector<std::int64_t> cu64{0, 8, 20};
   for (int r : {0, 1}) CHECK(index_of<dual_chunk>(cu32, 2, r) == index_of<dual_chunk>(cu64, 2, r));
@@ -170,7 +170,7 @@ TEST_CASE("bad input: every case names the value and what was expected") {
   throws_with([&] { (void)cp::padding(good, 4).padded_row(-1); }, "raw row -1 out of range");
 }
 
-TEST_CASE("padding: reference §5 raw [0,7,17] at cp=2 -> [0,8,20] with the row maps") {
+TEST_CASE("padding: docs/cp.md worked example raw [0,7,17] at cp=2 -> [0,8,20] with the row maps") {
   std::vector<int> raw{0, 7, 17};
   CHECK(cp::alignment_for<dual_chunk>(2) == 4);
   CHECK(cp::alignment_for<dual_chunk>(2, 2) == 8);

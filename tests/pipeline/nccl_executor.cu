@@ -210,7 +210,7 @@ TEST_CASE("NCCL: the last stage's device peak does not grow with m under none, a
       s.synchronize();
       auto const peak = headroom::stats::cuda::mem_pool_stats(memory).get<"allocated_bytes.all.peak">() - before;
       // The memory model against the device: the pool's high-water mark over the step is the
-      // predicted peak (the pool may round up, never down; issue 13 allows 5 %).
+      // predicted peak (the pool may round up, never down; docs/pipeline.md allows 5 %).
       auto const predicted = exec.plan(R{}).rank(comm.rank()).peak;
       CHECK(peak >= predicted);
       CHECK_MESSAGE(peak <= predicted + predicted / 20, "rank ", comm.rank(), ": pool peak ", peak, " B, predicted ",

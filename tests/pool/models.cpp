@@ -18,7 +18,7 @@ std::uint64_t elements(bucket const& b) { return b.bytes / size_of(b.type); }
 std::size_t count(std::string const& s, char c) { return static_cast<std::size_t>(std::count(s.begin(), s.end(), c)); }
 }  // namespace
 
-// Per-layer element counts of reference/maxpool.md §8 (TP = 1, no padding).
+// Per-layer element counts from the models' configurations (TP = 1, no padding).
 TEST_CASE("per-layer element counts match the reference table") {
   CHECK(m::mamba_layer(m::nemotron_h_4b()).total() == 72'752'464);
   CHECK(m::attention_layer(m::nemotron_h_4b()).total() == 31'460'352);
@@ -91,7 +91,7 @@ TEST_CASE("workloads: one unit per layer, expert bucket split by EP, non-unit bu
 
 // Megatron opens a layer's first parameter group with its first parameter, a norm (TE's
 // LayerNormLinear registers layer_norm_weight before weight), so the bf16 bucket comes first
-// (issue 17 §6a; the data had [u8, bf16] before, sizes unchanged).
+// (the data had [u8, bf16] before, sizes unchanged).
 TEST_CASE("fp8 params: bf16 bucket first, then u8 linear (and expert) buckets; first and last layers bf16") {
   auto const w = m::make_workload(m::nemotron_h_8b(), {.fp8_params = true});
   CHECK(w.name == "Nemotron-H-8B fp8 bf16-ends");
@@ -117,14 +117,14 @@ TEST_CASE("fp8 params: bf16 bucket first, then u8 linear (and expert) buckets; f
   CHECK(s.units[1].buckets[0].type == dtype::bf16);
   CHECK(s.units[1].buckets[1].type == dtype::u8);
   CHECK(s.units[1].buckets[2].bytes == 2'818'572'288ull / 8);
-  // The two fp8 variants have distinct names (issue 17 §6c).
+  // The two fp8 variants have distinct names.
   auto const all = m::make_workload(m::nemotron_h_8b(), {.fp8_params = true, .first_last_layers_bf16 = false});
   CHECK(all.name == "Nemotron-H-8B fp8");
   CHECK(all.units[0].buckets.size() == 2);
   CHECK(all.name != w.name);
 }
 
-// Issue 17 §6b: the layer order of Megatron-LM's NVIDIA-Nemotron-3-Super-120B-A12B-BF16.sh, not
+// The layer order of Megatron-LM's NVIDIA-Nemotron-3-Super-120B-A12B-BF16.sh, not
 // eight "MEMEM*EMEME" blocks: 23 of 88 layers differ, the first at layer 5.
 TEST_CASE("Nemotron-3-Super layer order is the published hybrid_override_pattern") {
   auto const c = m::nemotron_3_super_120b_a12b();
@@ -175,7 +175,7 @@ TEST_CASE("other hybrid families: published totals, one unit per layer") {
   CHECK_THROWS_AS((void)m::model("no such model"), invalid_argument);
 }
 
-// "Resulting pools" table of reference §8: MaxPool slots and FixedPool representatives.
+// Megatron-FSDP's own sizes for these models: MaxPool slots and FixedPool representatives.
 TEST_CASE("reference footprints: max slots, fixed representative and bytes left out") {
   struct row {
     m::hybrid_config c;

@@ -15,7 +15,7 @@
 using namespace pool_test;
 
 namespace {
-// reference/maxpool.md §4 worked example: A = {bf16: 100, 10; fp8: 500}, B = {bf16: 60, 60, 5}, C = {bf16: 120}.
+// docs/pool.md's worked example: A = {bf16: 100, 10; fp8: 500}, B = {bf16: 60, 60, 5}, C = {bf16: 120}.
 workload abc() {
   return {"ABC", {{"A", {bf16(100), bf16(10), fp8(500)}}, {"B", {bf16(60), bf16(60), bf16(5)}}, {"C", {bf16(120)}}}, {}};
 }

@@ -21,7 +21,7 @@
 // scale this rank's local loss sum by grad_scale; the data-parallel gradient reduction must then
 // SUM over DP x CP (if it averages, as Megatron DDP does by 1/|dp x cp|, multiply by that size).
 // A group with no valid token gives mean 0 and grad_scale 0 instead of NaN (a CP rank can hold
-// none, reference §5; AReaL adds 1e-5 to the denominator for that).
+// none, as in docs/cp.md's worked example; AReaL adds 1e-5 to the denominator for that).
 #include <array>
 #include <cmath>
 #include <concepts>

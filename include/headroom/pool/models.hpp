@@ -1,6 +1,6 @@
 #pragma once
 // Workloads of real hybrid models (Mamba + attention + MLP + MoE), built from their configuration
-// the way Megatron-FSDP buckets them (reference/maxpool.md §1, §8). Pure functions: used by the
+// the way Megatron-FSDP buckets them (one unit per layer). Pure functions: used by the
 // tests, the footprint benchmark and the demo.
 //
 // Data, not code: model_table() lists every model as a layer pattern and its dimensions; the
@@ -103,7 +103,7 @@ struct build_options {
   std::uint64_t non_unit_bucket_elements = 40'000'000;
 };
 
-// ---- per-layer element counts (reference §8 formulas) ---------------------------------------
+// ---- per-layer element counts (from each model's configuration) ----------------------------
 
 struct layer_elements {
   std::uint64_t te_linear = 0;   ///< weights of TE linears (FP8-able)
@@ -296,7 +296,7 @@ struct count {
 
 // ---- the model table ------------------------------------------------------------------------
 // Nemotron family: Megatron-LM examples/post_training/modelopt/conf/nvidia/*.sh and
-// Megatron-Bridge nemotron_h_provider.py (reference/maxpool.md §8). Others: the models'
+// Megatron-Bridge nemotron_h_provider.py. Others: the models'
 // Hugging Face config.json values, cited per row. TP = 1, no padding.
 
 [[nodiscard]] inline std::vector<hybrid_config> const& model_table() {
@@ -394,7 +394,7 @@ struct reference_case {
   std::size_t expert_parallel = 1;
 };
 
-/// The model workloads of reference §8, in table order.
+/// The Nemotron model workloads with published MaxPool / FixedPool figures, in table order.
 [[nodiscard]] inline std::vector<reference_case> reference_cases() {
   return {{nemotron_h_4b(), 1},           {nemotron_h_8b(), 1},
           {nemotron_nano_9b_v2(), 1},     {nemotron_h_47b(), 1},

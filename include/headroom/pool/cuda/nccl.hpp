@@ -2,7 +2,7 @@
 // Registering a pool's arena with an NCCL communicator, once: the arena is one allocation at
 // fixed addresses, so every slot of every unit is covered by one ncclCommRegister (Megatron
 // needed per-bucket registration, and "around 1 hour" for large models before manual
-// registration; see reference/maxpool.md §7).
+// registration).
 //
 //   pool::cuda_unit_pool<nccl::nccl_mem_resource> pool(plan, {}, stream);   // ncclMemAlloc arena
 //   auto reg = pool::register_arena(comm, pool);    // deregistered when `reg` dies
