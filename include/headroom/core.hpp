@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // headroom core: concepts (stream, event, resource, communicator), errors, byte sizes, dtype tags.
 // CUDA-free.
 #include "headroom/core/bytes.hpp"

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // headroom::cp — packed-sequence context-parallel split / gather (CUDA-free part). The CUDA
 // kernels and device gathers are in headroom/cp/cuda.cuh (needs nvcc).
 #include "headroom/cp/copy_plan.hpp"

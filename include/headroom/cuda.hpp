@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // headroom::cuda — the CUDA substrate: stream and event views, device, pinned and stream-ordered
 // resources, checks, dtype mapping. Needs the CUDA toolkit (a host compiler is enough).
 // The adaptors to CCCL's cuda::mr join headroom to another library (and bring the global

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // headroom — every CUDA-free public header: core, the host substrate, and the CUDA-free part of
 // each module. Compiles with a plain C++20 compiler; pulls no CUDA, NCCL or MPI header (a test
 // checks both). The substrates and the CUDA parts have their own umbrellas:

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // headroom::host — the host substrate: inline stream and event, aligned resource, thread_group
 // communicator (ranks as threads of one process). CUDA-free.
 #include "headroom/host/aligned_resource.hpp"

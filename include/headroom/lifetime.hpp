@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // headroom::lifetime — stream-ordered lifetime guards, release policies, async collective work,
 // the host substrate pairing and the manually advanced test substrate. CUDA-free; the CUDA guards
 // are in headroom/lifetime/cuda.hpp.

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // headroom::nccl — the NCCL communicator, groups, NCCL-registered memory, in-process bootstrap.
 // Needs the CUDA toolkit and NCCL.
 #include "headroom/nccl/bootstrap.hpp"

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // headroom::pipeline: pipeline-parallel schedules (GPipe, 1F1B, interleaved 1F1B, ZB-H1) as
 // validated, printable action lists; output retention policies for the last stage; a
 // query-first memory model; PyTorch pipelining's action format both ways; an executor over any

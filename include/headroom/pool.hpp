@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // headroom::pool — workloads, execution orders, planners (fixed, max, interval) and plans (pure),
 // assignment, non-unit, release-order and off-trace policies, the unit pool and its host-substrate
 // form host_unit_pool, plan fingerprints. CUDA-free; the CUDA pool and NCCL registration are in

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // headroom::stats — counters, memory reports and reducers across a group (CUDA-free).
 // The CUDA sources and the device staging policy are in headroom/stats/cuda.hpp.
 #include "headroom/stats/counter.hpp"

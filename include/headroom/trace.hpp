@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // headroom::trace — allocation history at chosen steps, written as PyTorch memory_viz
 // snapshots (CUDA-free: works over any stream_resource).
 #include "headroom/trace/clock.hpp"

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // headroom's version. Kept equal to project(VERSION) in CMakeLists.txt, conanfile.py and
 // ports/headroom/vcpkg.json; tests/core/version.cpp checks that they agree.
 

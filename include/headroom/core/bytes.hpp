@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Byte counts, alignment and human-readable sizes.
 #include <cstddef>
 #include <cstdint>

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // A communicator is one rank's handle on a group. Collectives are called by every rank of
 // the group in the same order with matching sizes, element types and ops; buffers live where
 // the communicator's substrate expects them (host memory for thread_group and MPI, device

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Element type tags. Pool categories default to these; communicators map them to wire types.
 #include <cstddef>
 #include <cstdint>

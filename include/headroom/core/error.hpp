@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Error hierarchy. Host code throws these; device code never throws.
 // Every message names the offending value and what was expected.
 #include <sstream>

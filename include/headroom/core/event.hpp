@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // An event marks a point in a stream. Other streams can wait for it without the host blocking.
 #include "headroom/core/stream.hpp"
 

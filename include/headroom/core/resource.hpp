@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Stream-ordered memory resources: the shape of CCCL >= 3.1 `cuda::mr::resource`, with the
 // stream type as a parameter so host and CUDA substrates satisfy one concept.
 //

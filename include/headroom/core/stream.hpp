@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // A stream is a cheap, copyable view of an ordered queue of work (a CUDA stream, or the
 // host's inline stream where work runs as it is issued).
 #include <concepts>

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // How a row copy is vectorised: the widest access (16, 8, 4, 2 or 1 bytes) that the row size
 // and every buffer's base address allow. Pure host logic, shared by the CUDA launchers and
 // testable without a GPU.

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // cu_seqlens: the cumulative sequence boundaries of a packed (THD) batch, [0, l0, l0+l1, ...].
 // Engines hold them as int32 (TransformerEngine, flash-attention) or int64 (PyTorch default);
 // both are accepted and validated once, then kept as int64.

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // The cp module with its CUDA part: split / gather kernels and device gathers over a communicator.
 // Needs nvcc (.cuh: the kernels are defined here).
 #include "headroom/cp.hpp"

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // gather: every rank's local rows -> the whole tensor in sequence order on every rank
 // (one all-gather into a rank-major workspace, then the fixed reorder; a single collective
 // cannot undo the zigzag interleave, NVIDIA/Model-Optimizer #1804).

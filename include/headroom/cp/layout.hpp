@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Layout policies: which global (padded, sequence-order) rows a CP rank holds.
 //
 //   dual_chunk  every framework's default ("zigzag", TE DUAL_CHUNK_SWAP): sequence i of padded

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Loss normalisation over CP x DP in one collective.
 //
 // The global token mean is sum(loss) / count(valid tokens) over every token of the step, each

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // matrix_view: a row-major [rows, width] view of contiguous elements. Every cp op works on rows
 // (tokens); the trailing width (hidden size, vocabulary, 1 for per-token vectors) is opaque.
 #include <cstddef>

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Host ops on row-major [rows, width] tensors of any trivially copyable element. They are the
 // reference the CUDA kernels are tested against, and run as they are on CPU-only machines.
 //

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // gather_output: what the last pipeline stage does with its CP-local output. The policy is a
 // template parameter, so an engine picks it once and the memory cost is visible in the type.
 //

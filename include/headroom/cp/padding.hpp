@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // padding: raw packed boundaries -> padded boundaries every CP layout can cut evenly, with the
 // raw <-> padded row maps. Each sequence is padded on the right (pads sit after its last real
 // token, so a causal mask keeps them out of real tokens' attention); if the padded total must

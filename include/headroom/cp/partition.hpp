@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // partition: one CP rank's share of a packed, padded batch. Pure (no CUDA, no allocation
 // beyond its own metadata), built and printable before any tensor exists.
 //

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // A row copy as a few runs of consecutive rows, computed on the host from the partition.
 //
 // split and the gather's reorder move whole chunks: under dual_chunk, rank r's local rows are two

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Stream-ordered device memory from a cudaMemPool_t (cudaMallocFromPoolAsync / cudaFreeAsync).
 //
 // The resource either owns a pool it created for one device, or views an existing pool (for

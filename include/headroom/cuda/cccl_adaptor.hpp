@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Adapters between headroom resources and CCCL `cuda::mr` resources, both ways.
 //
 //   cccl_resource<R>        a headroom stream_resource R (held by reference) seen as a CCCL

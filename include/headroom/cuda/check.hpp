@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Checked CUDA runtime calls.
 //
 //   HEADROOM_CUDA_TRY(cudaMemsetAsync(p, 0, n, s));     // throws headroom::cuda_error

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Device selection helpers: the current device, the number of devices, and an RAII guard that
 // makes a device current for a scope and restores the previous one.
 #include <cuda_runtime_api.h>

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // cudaMalloc / cudaFree as a stream_resource. Not stream-ordered: use it as the upstream of a
 // pool, or where allocations are rare; async_resource is the stream-ordered one.
 #include <cuda_runtime_api.h>

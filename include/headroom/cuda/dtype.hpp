@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // dtype tags for CUDA's 16-bit floating-point types.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // An owning CUDA event. Timing is disabled by default (cheaper to record and wait on); ask for
 // it by name with event_options{.timing = true} to use elapsed_ms.
 #include <cuda_runtime_api.h>

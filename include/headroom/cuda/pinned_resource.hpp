@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Page-locked host memory (cudaMallocHost / cudaFreeHost): host- and device-accessible, the
 // staging buffer for asynchronous copies.
 #include <cuda_runtime_api.h>

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // CUDA streams: `stream_view` is the substrate's stream type (a copyable, non-owning handle);
 // `stream` owns a cudaStream_t and hands out views.
 //

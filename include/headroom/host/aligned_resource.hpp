@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Host memory with any power-of-two alignment, satisfying stream_resource<_, inline_stream>.
 #include <cstddef>
 #include <cstdint>

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // The host substrate's event. Work on an inline_stream completes as it is issued, so a
 // recorded event is ready at once; recording state is kept so that misuse (waiting on an
 // event never recorded) behaves like CUDA's (a no-op) and can be tested.

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // The host substrate's stream: work runs when it is issued, so there is never anything to
 // wait for. It exists so that stream-ordered code runs unchanged on a CPU-only machine.
 #include "headroom/core/stream.hpp"

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // thread_group: N ranks as threads of one process, with real collective and point-to-point
 // semantics over host memory. The embedded default engine for tests, demos and CPU-only CI.
 //

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // The lifetime module with its CUDA part: guards over CUDA streams, events and stream-ordered
 // resources. Needs the CUDA toolkit.
 #include "headroom/lifetime.hpp"

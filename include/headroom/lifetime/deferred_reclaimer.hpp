@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // deferred_reclaimer: the record_stream model of PyTorch's caching allocator, as a resource
 // adaptor that guards with the `deferred` policy allocate from and release into.
 //

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // guard: a move-only owner of one allocation from a stream_resource, made on an owner stream.
 //
 //   auto g = lifetime::make_guard<lifetime::stream_ordered>(pool, compute, bytes);

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // The host substrate's pairing for lifetime guards: inline_stream with inline_event, and short
 // names for guards over host::aligned_resource. On the host every use has completed when it is
 // recorded, so all three policies free at once; lifetime/manual.hpp has a substrate whose work

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // A manually advanced substrate: streams whose work completes only when a test says so, events
 // over them, and a stream-ordered host resource modelled on cudaMemPool_t. It makes the
 // ordering that lifetime policies promise observable on a CPU: "the reader on the comm stream

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Release policies of a lifetime guard: what happens to a block when its owner lets it go while
 // other streams may still be using it. Each policy is an empty tag with one static function,
 //

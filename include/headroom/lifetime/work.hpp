@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Asynchronous collectives over guarded buffers, for any headroom communicator (NCCL on device
 // memory, thread_group and MPI on host memory).
 //

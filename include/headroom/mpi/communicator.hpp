@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // headroom::mpi: host-memory collectives between processes over MPI, modelling
 // headroom::communicator with stream_type = host::inline_stream (every call completes before it
 // returns). Needs only MPI: no CUDA header is included.

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // NCCL communicators across processes, with the ncclUniqueId sent over MPI.
 //
 //   headroom::mpi::environment env(&argc, &argv);

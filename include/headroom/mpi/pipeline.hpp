@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // The pipeline executor over MPI processes: non-blocking transfers and an abort path.
 // Include this header wherever an executor over mpi::communicator is built (it specializes the
 // executor's transport; without it the executor falls back to blocking MPI_Send / MPI_Recv in

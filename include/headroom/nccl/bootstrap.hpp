@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Creating NCCL communicators inside one process that drives several GPUs.
 //
 //   auto comms = headroom::nccl::make_local_group({0, 1});      // ncclCommInitAll

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Checked NCCL calls.
 //
 //   HEADROOM_NCCL_TRY(ncclGroupEnd());                  // throws headroom::nccl_error

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // headroom::nccl::communicator: one rank of an NCCL communicator (owning, move-only), modelling
 // headroom::communicator with stream_type = cuda::stream_view and device buffers.
 //

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // RAII NCCL group: operations issued between construction and end() are fused and launched
 // together (needed to issue a send and a recv to the same peer without deadlock, or to drive
 // several GPUs from one thread).

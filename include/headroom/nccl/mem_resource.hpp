@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // ncclMemAlloc / ncclMemFree as a stream_resource: memory that NCCL can register for its
 // zero-copy and NVLink SHARP paths (allocated with the cuMem* APIs at NCCL's granularity).
 #include <nccl.h>

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Compile-time mapping of element types and reduce ops to NCCL's enums.
 //
 //   int8/uint8 (and char), int32/uint32, int64/uint64 (and long long), __half, __nv_bfloat16,

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // One step of a pipeline schedule on one rank: a computation (forward, backward, or the two
 // halves of a split backward) or a point-to-point transfer of an activation or a gradient.
 //

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // The pipeline module with its CUDA part: the executor on CUDA streams over device memory, over
 // NCCL, and device slots for the loss values of a step. Needs the CUDA toolkit and NCCL.
 #include "headroom/pipeline.hpp"

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // executor: runs one rank's part of a validated schedule with the user's stage callbacks,
 // moving activations and gradients with the communicator's send/recv.
 //

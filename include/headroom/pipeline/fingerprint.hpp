@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // One collective before the first transfer: every rank of an executor must hold the same
 // schedule (shape and every rank's action list) and the same per-stage sizes, or the ranks
 // would hang (different transfer orders) or silently compute on the wrong tensors (the same

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Query-first memory model: each rank's peak, predicted from the schedule and the per-stage
 // byte costs before a byte is allocated.
 //

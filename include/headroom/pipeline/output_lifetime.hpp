@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Output lifetime: how long a stage keeps a forward's output once it has been used (sent to the
 // next stage, or reduced to the loss on the last stage).
 //

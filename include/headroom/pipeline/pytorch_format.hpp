@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Schedules in PyTorch pipelining's text format (torch.distributed.pipelining.schedules._Action,
 // the rows of _dump_csv / _load_csv and of torchtitan's pipeline_parallel_schedule_csv), both
 // ways, so a schedule made here runs in PyTorch and a PyTorch schedule is validated here.

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Output retention: what the last pipeline stage keeps of each micro-batch's output (the logits
 // of an LM head, [tokens x vocab] per micro-batch) once its loss has been computed.
 //

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // A schedule: the action list of every rank of a pipeline, for one training step.
 //
 // Schedules are plain values: deterministic (the same shape gives the same lists on every rank

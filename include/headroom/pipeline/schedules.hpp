@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Schedule generators, as policy tags: `make_schedule<one_f_one_b>({.stages = 4, .microbatches = 8})`.
 //
 //   gpipe             all forwards, then all backwards (fill-drain; Huang et al. 2019). With v > 1

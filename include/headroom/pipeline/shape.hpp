@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // The shape of a pipeline: p ranks (stages), m micro-batches per step, v model chunks per rank,
 // and the micro-batch group size g of the interleaved schedule (Megatron's
 // microbatch_group_size_per_vp_stage; 0 means "p", Megatron's default).

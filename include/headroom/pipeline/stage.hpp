@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // The user's side of the executor: one object per rank that computes its chunks.
 //
 //   struct my_stage {

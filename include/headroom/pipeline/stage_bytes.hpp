@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // What one micro-batch costs on each virtual stage, in bytes: the input of the memory model
 // and the buffer sizes the executor allocates. One entry per virtual stage s in [0, p·v).
 //

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // timeline(schedule): the schedule as a small Gantt chart, one row per rank and one column per
 // tick, every computation taking one tick and transfers none (the simulation validate() runs).
 //

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // transport<Comm>: how the executor issues its transfers on one substrate, and how one rank's
 // failure reaches the others.
 //

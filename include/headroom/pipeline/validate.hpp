@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // validate(schedule): proves a schedule correct before it runs, or throws invalid_argument
 // naming the rank, the action and the rule it breaks.
 //

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // The pool module with its CUDA part: cuda_unit_pool over device memory, and NCCL user-buffer
 // registration of the arena. Needs the CUDA toolkit and NCCL.
 #include "headroom/pool.hpp"

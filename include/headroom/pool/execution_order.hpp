@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Execution orders: the sequence in which an engine acquires the units of a workload.
 //
 // With N resident units (prefetch depth + 1), the units alive at once are N consecutive entries

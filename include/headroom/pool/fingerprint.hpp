@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // A plan's fingerprint: one 64-bit number that ranks (or a C++ engine and its Python twin) can
 // compare to agree that they hold the same plan without sending it whole.
 //

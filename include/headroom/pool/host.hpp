@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // The host substrate's unit pool: inline_stream, inline_event and aligned_resource, so plans and
 // assignment policies run (and are tested) on a CPU-only machine.
 //   headroom::pool::host_unit_pool<Assignment, NonUnit, ReleaseOrder, OffTrace>

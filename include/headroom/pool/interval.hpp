@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // The interval planner: slots placed by execution order, at the memory lower bound.
 //
 // MaxPool sizes slots by rank (the i-th largest bucket of every unit), whatever the order the

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // unit_lease: the buffers of one unit (or non-unit bucket) while a unit_pool holds them for the
 // caller. unit_pool<...>::lease is unit_lease<that pool>.
 //

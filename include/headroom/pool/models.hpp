@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Workloads of real hybrid models (Mamba + attention + MLP + MoE), built from their configuration
 // the way Megatron-FSDP buckets them (one unit per layer). Pure functions: used by the
 // tests, the footprint benchmark and the demo.

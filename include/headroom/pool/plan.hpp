@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Plans: what a pool will allocate, computed and printable before a byte is allocated.
 //
 // A plan has `buffers` buffer groups. Each group has the same list of slot *shapes*

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Policies of the pool module, CUTLASS style: empty tags or small classes passed as template
 // arguments.
 //

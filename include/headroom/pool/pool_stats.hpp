@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // What a unit_pool counts (pool_stats) and what a lease covers (target_kind).
 #include <cstddef>
 #include <cstdint>

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // unit_pool: fixed-address buffers for the units of a plan, in one arena.
 //
 //   auto plan = pool::make_plan<pool::max>(workload, {.buffers = 2});

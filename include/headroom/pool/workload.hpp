@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Workload model of a fixed-address pool: an ordered list of units (the FSDP units of a model,
 // in the order the engine discovers them), each a list of buckets {dtype, bytes}, plus the
 // buckets that belong to no unit (embedding, final norm, output layer).

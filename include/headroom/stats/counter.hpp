@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Counters {value, peak, total} with nested scopes, after RMM's statistics_resource_adaptor.
 //
 //   value  what is outstanding now (bytes or allocations); may go negative inside a scope that

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // counting_communicator<C>: a decorator that forwards every call to a communicator and counts
 // it. Tests use it to assert "exactly one collective per step" or "no collective at all"; a
 // trainer can use it to watch how many collectives its logging costs.

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Dynamic reports: name -> value for keys known only at run time (a filtered
 // torch.cuda.memory_stats(), user metrics). Insertion order is the report's order; ranks that
 // reduce a dynamic report together must build the same keys in the same order, which the

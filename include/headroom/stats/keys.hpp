@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Key names. Where a headroom statistic means the same as one of torch.cuda.memory_stats(),
 // it has the same name, so dashboards built on PyTorch's keys keep working.
 //

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // reduce_plan: the wire layout of one reduction, fixed before anything is allocated (query first).
 //
 // Every rank sends the same number of words whatever its report holds: a header, then

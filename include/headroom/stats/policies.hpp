@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Policy tags of the stats module (CUTLASS style: empty structs passed as template arguments).
 //
 //   maximum / minimum            how a typed report's field combines across ranks

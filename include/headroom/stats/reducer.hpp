@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Reducers: combine a report across a group of ranks (PP, TP, DP, world) in ONE collective.
 //
 //   max     1 all_reduce(max, int64): every key's maximum (or minimum, for typed fields that

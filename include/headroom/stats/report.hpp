@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Typed reports: keys, element types and reduction ops fixed at compile time.
 //
 //   using step_memory = stats::report<

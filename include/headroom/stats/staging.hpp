@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Staging policies: how the reducers' packed int64 words reach the communicator.
 //
 // The reducers pack on the host (reports are host values). A staging policy runs the one

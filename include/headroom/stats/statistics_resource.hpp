@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // statistics_resource<Upstream>: wraps any headroom stream_resource (host aligned_resource,
 // cuda::device_resource, cuda::async_resource, a pool) and counts what passes through it:
 // bytes and allocations, each {value, peak, total}, with nested scopes and per-window peaks

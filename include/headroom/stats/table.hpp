@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // rank_table: the result of gather. For every key, every rank's value and a summary: max, min,
 // mean, and the rank holding the max (and the min). Ties go to the lowest rank, so the answer
 // is the same on every rank and from run to run.

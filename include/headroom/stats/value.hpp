@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // The two element types a statistic may have: exact 64-bit integers (bytes, counts) and
 // doubles (ratios, gigabytes). A run-time value holds one of them and keeps its kind through
 // every reduction, so integer counters never pass through floating point.

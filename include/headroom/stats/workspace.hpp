@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // workspace<Resource, Stream>: bytes from any stream_resource for the lifetime of a scope,
 // freed in stream order. The reducers' staging buffer is one (query its size from the staging
 // policy, then allocate it once and reuse it every step).

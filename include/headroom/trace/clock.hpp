@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // The recorder's time source: the CPU's own counter (x86: rdtsc, when the TSC is invariant;
 // aarch64: cntvct_el0), a few nanoseconds to read where clock_gettime costs tens on some VMs.
 // Elsewhere, and on x86 without an invariant TSC, the steady clock in nanoseconds.

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // One allocator event, as PyTorch's memory_viz trace has them: alloc, free_requested,
 // free_completed, segment_alloc, segment_free. Events are trivially copyable and hold only
 // pointers to strings of static storage (literals, std::source_location), so recording one

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Files are written to `<path>.partial` and renamed into place, so a crash never leaves half
 // a snapshot under the final name.
 #include <cerrno>

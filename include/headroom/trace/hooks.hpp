@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Hooks for memory that does not pass through a recording_resource: a pool's leases (blocks
 // inside the arena segment), a lifetime guard's deferred release, a workspace carved out of a
 // caller-owned buffer. They only need the shapes below, not the modules' headers.

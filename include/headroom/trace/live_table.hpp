@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // live_table: the blocks and segments alive now, keyed by (address, is segment), in a
 // preallocated open-addressing table (linear probing, backward-shift deletion). The recorder
 // keeps it up to date even outside profiled steps, so a snapshot can show the blocks that

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // to_memory_viz: a snapshot as the pickle PyTorch's memory_viz opens (drag it onto
 // https://pytorch.org/memory_viz, or torch.cuda._memory_viz.trace_plot / segment_plot):
 //   {"segments": [{device, address, total_size, allocated_size, active_size, requested_size,

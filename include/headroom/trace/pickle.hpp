@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // pickle_writer: a streaming writer of Python pickles, protocol 4, using only the opcodes that
 // PyTorch's MemoryViz.js unpickler reads: PROTO, EMPTY_DICT, EMPTY_LIST, MARK, SETITEMS,
 // APPENDS, SHORT_BINUNICODE, BINUNICODE, BININT1, BININT2, BININT, LONG1, NEWTRUE, NEWFALSE,

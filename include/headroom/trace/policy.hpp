@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Threading policies of the recorder, as tags (CUTLASS-style):
 //   single_thread  one thread records: no lock, no atomic read-modify-write on the recording path
 //   shared         any number of threads record: each thread appends to its own event buffer

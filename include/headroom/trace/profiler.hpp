@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // profiler: step-gated snapshots, configured like AReaL's memory profiling (`steps`, default
 // {0, 1}; `max_entries`, default 100 000; off unless enabled). Every rank writes its own file,
 // named by the step and the rank's parallel coordinates:

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // recorder<Policy>: the allocation history of one device. Hooks (alloc, free_requested,
 // free_completed, segment_alloc, segment_free) append events to a preallocated ring while
 // recording is on, and always keep the table of live blocks and segments, so a snapshot taken

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // recording_resource<Upstream, Recorder, Events>: a stream_resource adaptor that reports every
 // allocation and deallocation of Upstream to a recorder. Events is a tag:
 //   block_events    allocations are blocks (alloc / free_completed): activations, workspaces

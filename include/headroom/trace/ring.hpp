@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // event_ring: the preallocated ring of `max_entries` events. push() never allocates; when the
 // ring is full it overwrites the oldest event and counts it as dropped, so a long step keeps
 // its newest history (PyTorch's RingBuffer does the same).

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // snapshot: what a recorder knows at the end of a step, in the shape memory_viz reads
 // (take_snapshot.hpp makes one).
 //   segments  every live segment with its blocks in address order, gaps filled by inactive

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // to_svg: the Active Memory Timeline of a snapshot as a self-contained SVG (no script, no
 // fonts beyond the generic family), for people who do not have PyTorch at hand. Categories are
 // stacked areas in the viewer's palette (d3 schemeTableau10) and category order, so a category

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // take_snapshot: a recorder's history and live blocks as a snapshot (snapshot.hpp), times
 // converted from ticks to Unix-epoch nanoseconds.
 #include <cstdint>

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // active_timeline: the bytes held by live blocks after each alloc / free of a snapshot's trace,
 // per category, as the viewer's "Active Memory Timeline" stacks them (x = the index of the
 // alloc / free event). Blocks live before the trace began ("initially allocated") are counted

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // cp collectives on device memory with a device communicator (nccl::communicator):
 //
 //   gather           all_gather (rank-major, into a workspace) + the reorder kernel; for the

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // gather_in_place: the device gather with no reorder pass, over NCCL point-to-point.
 //
 // Under dual_chunk, each of a peer's chunks is one contiguous run of its local rows and lands in

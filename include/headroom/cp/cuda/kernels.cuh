@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Row-copy kernels behind cp::cuda's ops. One kernel template serves every op: each output row
 // has one source row (or none: filled with a pattern), computed in the kernel from cu_seqlens
 // staged in shared memory, so no index tensor is ever materialised. A source may instead

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // cp ops on device memory, one kernel launch each, stream-ordered (nothing blocks the host).
 //
 //   split              global padded [T, w] -> this rank's [T/cp, w]

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // gather_pipeline: the device gather with its reorder hidden behind the all-gather.
 //
 // cp::cuda::gather runs the all-gather, then the reorder: the reorder's time (a quarter of the

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // One definition of the index math serves host ops and CUDA kernels (and constant expressions).
 #if defined(__CUDACC__)
 #define HEADROOM_CP_HD __host__ __device__

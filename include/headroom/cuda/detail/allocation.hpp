@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Helpers shared by the CUDA resources: alignment checks and allocation failures.
 #include <cuda_runtime_api.h>
 

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Lifetime guards on the CUDA substrate: cuda::stream_view paired with cuda::event, and short
 // names for guards over stream-ordered device memory (cuda::async_resource by default).
 //

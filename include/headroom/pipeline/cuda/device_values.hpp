@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // device_values<T>: one slot per micro-batch in device memory, for what a last stage's loss()
 // reduces its output to. The loss kernel writes slot k; loss() returns at(k), a device pointer,
 // so the executor keeps (retention::reduced, ::all) or drops (::none) a handle and the host never

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // The pipeline executor on GPUs: the generic executor (pipeline/executor.hpp) instantiated for
 // CUDA streams and events, so that what it allocates comes from a stream-ordered device resource
 // and what it sends is released without the host waiting.

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // The pipeline executor over NCCL: activations and gradients move with ncclSend/ncclRecv of
 // bytes (ncclUint8) on the executor's transfer stream.
 //

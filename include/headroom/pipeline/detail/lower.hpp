@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Turns per-rank compute orders (F, B, I, W only) into full action lists with their transfers.
 //
 // The ranks are played against each other in ticks: every rank whose next computation has its

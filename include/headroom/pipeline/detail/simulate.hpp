@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Runs every rank's action list against the others under *blocking* point-to-point: a send
 // completes only together with the matching recv on the peer (a rendezvous, the strictest
 // model; NCCL behaves so, buffered sends such as thread_group's only relax it). Computations

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Registering a pool's arena with an NCCL communicator, once: the arena is one allocation at
 // fixed addresses, so every slot of every unit is covered by one ncclCommRegister (Megatron
 // needed per-bucket registration, and "around 1 hour" for large models before manual

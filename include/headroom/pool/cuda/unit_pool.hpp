@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // The CUDA pool: unit_pool on cuda::stream_view and cuda::event, with a device upstream
 // (cuda::device_resource by default; nccl::nccl_mem_resource for an arena NCCL can register on
 // every path, see pool/cuda/nccl.hpp).

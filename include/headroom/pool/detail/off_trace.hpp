@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Off-trace acquires on interval plans (unit_pool): units that are never resident together in a
 // registered order share arena bytes, so acquiring a unit whose bytes a held unit occupies is an
 // order the plan was not made for. byte_sharing knows, per unit, the units sharing its bytes; the

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // One event per release (unit_pool): a fixed set of events, each busy while a free slot still
 // waits on it. A release takes a free event, records it and every slot it frees holds it; an
 // acquire that takes the slot drops it; the event is free again when no slot holds it. Busy

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // The stream order of a unit_pool's slots: for every free slot, the release it must follow (the
 // releasing stream and one event per release), and the device-side waits an acquire on another
 // stream issues for it. The host never blocks.

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // device_reducer: the max reduction of a report whose values live in device memory, with no host
 // round trip on the training thread.
 //

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // device_report_view: the device-side writer of a device-resident report (device_reducer.hpp).
 //
 // A device-resident report keeps each field as its order key (stats/detail/order_key.hpp) in

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // CUDA sources of memory statistics, as typed reports:
 //   device_memory(device)   cudaMemGetInfo: the whole device, every process and allocator
 //                           included (torch.cuda.mem_get_info). Free bytes reduce by MIN: the

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // blocking_device_staging: runs the reducers' one collective on a communicator whose buffers
 // must be device memory (headroom::nccl::communicator), through a small workspace the caller
 // provides (query its size first, allocate it once, reuse it every step):

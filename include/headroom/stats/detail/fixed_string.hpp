@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // A string usable as a template argument, for the compile-time keys of typed reports.
 #include <algorithm>
 #include <cstddef>

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Order-preserving 64-bit keys: the trick that lets one all_reduce(max, int64) reduce a report
 // of integers and doubles exactly, whatever its mix, and min-fields in the same pass.
 //

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // The schema of a report, hashed: each key's name is hashed once (FNV-1a 64, cached by dynamic
 // reports, constexpr for typed ones), then the per-key name hashes, element kinds and ops are
 // mixed in order with a multiply-xorshift step. Two ranks agree on a report's shape when their

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Packing reports into the reducers' int64 words, and checking the headers that came back.
 // Every check here runs on data every rank received identically, so every rank reaches the
 // same verdict and throws the same error: no rank is left waiting in a collective.

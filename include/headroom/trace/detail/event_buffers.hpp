@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // Where a recorder's events go. event_buffers<false>: one ring (single_thread). event_buffers<true>:
 // one ring per recording thread (shared), so threads never write the same cache lines; the
 // rings are merged in time order when the history is read, between steps.

@@ -1,4 +1,5 @@
 #pragma once
+#include "headroom/core/require_cxx20.hpp"
 // The steps of take_snapshot: the final segments from the live table, and the trace from the
 // recorded events (untracked blocks left out, synthetic allocs for blocks live at the start,
 // ordinary frees as free_requested + free_completed, segments around lone blocks).
