@@ -110,20 +110,28 @@ def run_case(op, tokens, width, cp, args, modules):
             "index_select_vs_memcpy": ms_copy / ms_index, "meets_target": ms_raw / ms_ours >= BANDWIDTH_TARGET}
 
 
-def host_us(fn, calls, repeats=5):
-    """Median over `repeats` of the host time per call of `calls` back-to-back calls."""
-    for _ in range(max(100, calls // 10)):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(calls):
+def host_us_each(fns, calls, repeats=5):
+    """Median over `repeats` of the host time per call of `calls` back-to-back calls, for each of
+    `fns` (None: None). Every function is warmed first and the repeats go round all of them, so no
+    row is measured while the process is still warming up or in a quieter moment than the others."""
+    live = [fn for fn in fns if fn is not None]
+    for fn in live:
+        for _ in range(max(100, calls // 10)):
             fn()
-        samples.append((time.perf_counter() - t0) / calls * 1e6)
-        torch.cuda.synchronize()
-    samples.sort()
-    return samples[len(samples) // 2]
+    torch.cuda.synchronize()
+    samples = {id(fn): [] for fn in live}
+    for _ in range(repeats):
+        for fn in live:
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            samples[id(fn)].append((time.perf_counter() - t0) / calls * 1e6)
+            torch.cuda.synchronize()
+    return [None if fn is None else sorted(samples[id(fn)])[repeats // 2] for fn in fns]
+
+
+def host_us(fn, calls, repeats=5):
+    return host_us_each([fn], calls, repeats)[0]
 
 
 class _EmptyFunction(torch.autograd.Function):
@@ -189,13 +197,12 @@ def dispatch_rows(args, modules):
          lambda: rplan.pad_split(ids.data_ptr(), raw_cu[-1], out_ids.data_ptr(), rpart.local_rows, 1, 8, pad, 1, s), None),
     ]
     floor = autograd_floor_us(args, xg, part.local_rows)
+    times = host_us_each([fn for row in rows for fn in row[1:]], args.calls)
     results = []
-    for name, via_partition, via_ops, raw, index_select in rows:
+    for i, (name, *_) in enumerate(rows):
+        via_partition, via_ops, raw, index_select = times[4 * i:4 * i + 4]
         r = {"op": name, "tokens": tokens, "width": width, "cp": cp, "calls": args.calls,
-             "partition_us": host_us(via_partition, args.calls),
-             "torch_ops_us": host_us(via_ops, args.calls) if via_ops else None,
-             "raw_us": host_us(raw, args.calls),
-             "index_select_us": host_us(index_select, args.calls) if index_select else None}
+             "partition_us": via_partition, "torch_ops_us": via_ops, "raw_us": raw, "index_select_us": index_select}
         r["overhead_us"] = r["partition_us"] - r["raw_us"]
         if "grad" in name:  # the part of the overhead that any Function.apply pays, measured alone
             r["autograd_floor_us"] = floor
@@ -253,7 +260,7 @@ def main():
     for s in skipped:
         print(f"not run: {s}")
     print()
-    print(f"dispatch: host us per call, {args.calls} calls back to back, median of 5; overhead = op (Partition) - raw")
+    print(f"dispatch: host us per call, {args.calls} calls back to back, median of 5 rounds over every row; overhead = op (Partition) - raw")
     print("Partition: the method (eager: no dispatcher); torch.ops: torch.ops.headroom.* (what compile and export see)")
     print(f"{'op':26} {'Partition':>9} {'torch.ops':>9} {'raw':>7} {'overhead':>8} {'index_select':>12}")
     fmt = lambda v: f"{v:.2f}" if v is not None else "-"  # noqa: E731

@@ -32,6 +32,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -40,6 +41,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -256,6 +258,7 @@ class lm_stage {
     return {.activations = std::size_t(o.stage1_layers) * th + tv, .output = tv, .weight_stash = 0, .parameters = persistent};
   }
   [[nodiscard]] hp::stage_bytes cost() const { return cost_of(o_, last_, tokens_, persistent_bytes_); }
+  [[nodiscard]] std::size_t persistent_bytes() const noexcept { return persistent_bytes_; }
   [[nodiscard]] hp::cuda::device_values<float>& losses() noexcept { return losses_; }
 
   // Stash: stage 0 [a_0 | a_1 | ... | a_L], stage 1 [a_1 | ... | a_L | dlogits]; a_0 of stage 1 is
@@ -392,18 +395,31 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// The other rank's stage.persistent_bytes(), through one all_gather of both ranks' values.
+std::size_t other_rank_persistent(nc::communicator& comm, cu::async_resource& memory, lm_stage const& stage, cu::stream_view s) {
+  std::uint64_t const mine = stage.persistent_bytes();
+  std::array<std::uint64_t, 2> both{};
+  guard buffer(memory, s, 3 * sizeof(std::uint64_t));
+  auto* d = static_cast<std::uint64_t*>(buffer.data());
+  HEADROOM_CUDA_TRY(cudaMemcpyAsync(d, &mine, sizeof mine, cudaMemcpyHostToDevice, s.get()));
+  comm.all_gather(std::span<std::uint64_t const>(d, 1), std::span<std::uint64_t>(d + 1, 2), s);
+  HEADROOM_CUDA_TRY(cudaMemcpyAsync(both.data(), d + 1, sizeof both, cudaMemcpyDeviceToHost, s.get()));
+  s.synchronize();
+  return static_cast<std::size_t>(both[std::size_t(1 - comm.rank())]);
+}
+
 template <class R>
 row run_config(options const& o, batch_shape shape_of_batch, nc::communicator& comm, cu::async_resource& memory, lm_stage& stage,
-               cu::stream_view compute, cu::stream_view transfer) {
+               std::size_t other_rank_parameters, cu::stream_view compute, cu::stream_view transfer) {
   int const rank = comm.rank();
   int const m = shape_of_batch.m;
   stage.set_shape(shape_of_batch);
   hp::pipeline_shape const shape{.stages = 2, .microbatches = m};
-  // Every rank's executor sees both stages' sizes (rank 1 receives what stage 0 sends); only a
-  // rank's own parameters enter its prediction.
+  // Every rank's executor holds the whole model, both stages with their parameters (its
+  // constructor checks that the ranks agree), so each rank's parameter bytes go to the other.
   hp::stage_bytes const mine = stage.cost();
   std::vector<hp::stage_bytes> costs{mine, mine};
-  costs[std::size_t(1 - rank)] = lm_stage::cost_of(o, rank == 0, shape_of_batch.tokens, 0);
+  costs[std::size_t(1 - rank)] = lm_stage::cost_of(o, rank == 0, shape_of_batch.tokens, other_rank_parameters);
   hp::cuda::nccl_executor<> exec(comm, memory, hp::make_schedule<hp::one_f_one_b>(shape), hp::model_bytes(costs), compute,
                                  transfer);
   auto const predicted = exec.plan(R{}).rank(rank).total();
@@ -455,11 +471,12 @@ int main(int argc, char** argv) try {
     cu::stream compute;
     cu::stream transfer;
     lm_stage stage(o, comm.rank(), memory, compute);
+    std::size_t const other = other_rank_persistent(comm, memory, stage, compute);
     std::vector<row> mine;
     for (batch_shape const b : shapes(o)) {
-      mine.push_back(run_config<hp::retention::all>(o, b, comm, memory, stage, compute, transfer));
-      mine.push_back(run_config<hp::retention::reduced>(o, b, comm, memory, stage, compute, transfer));
-      mine.push_back(run_config<hp::retention::none>(o, b, comm, memory, stage, compute, transfer));
+      mine.push_back(run_config<hp::retention::all>(o, b, comm, memory, stage, other, compute, transfer));
+      mine.push_back(run_config<hp::retention::reduced>(o, b, comm, memory, stage, other, compute, transfer));
+      mine.push_back(run_config<hp::retention::none>(o, b, comm, memory, stage, other, compute, transfer));
     }
     compute.synchronize();
     std::lock_guard lock(mutex);
