@@ -44,6 +44,7 @@ it imports packaging), and headroom's Python package (pip install ., or a build 
 HEADROOM_ENABLE_PYTHON=ON: a _core*.so under build/ is found). Skips with a message otherwise.
 """
 import argparse
+import gc
 import importlib.util
 import json
 import os
@@ -415,8 +416,14 @@ def nccl_register(rank, args, out_path):
         res["segments_after_cycle"] = len(after)
         res["arena_moved"] = a.arena.data_ptr() != base
         backend.deregister_mem_pool(pool)
+        # the arena back to the pool, then the pool's memory back to NCCL's allocator, while the
+        # process group still exists (torch's order for a registered MemPool)
         del x, held
-        a = None  # the arena goes back to the pool before the group is destroyed
+        a = None
+        gc.collect()
+        pool = None
+        gc.collect()
+        torch.cuda.synchronize()
     except Exception as e:  # noqa: BLE001 - reported by the parent
         import traceback
 
