@@ -225,7 +225,7 @@ int parse_int(char const* flag, char const* v) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int bench_main(int argc, char** argv) {
   options o;
   for (int i = 1; i < argc; ++i) {
     std::string const a = argv[i];
@@ -339,4 +339,13 @@ int main(int argc, char** argv) {
     f << json;
   }
   return ok ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return bench_main(argc, argv);
+  } catch (std::exception const& e) {
+    std::printf("FAIL  %s\n", e.what());
+    return 1;
+  }
 }
