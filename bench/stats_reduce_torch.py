@@ -32,9 +32,11 @@ import argparse
 import datetime
 import json
 import os
+import shutil
 import socket
 import statistics
 import sys
+import tempfile
 import time
 
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
@@ -253,8 +255,8 @@ def checks_worker(rank, world, args, port):
         torch.cuda.set_device(rank)
         dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                                 device_id=torch.device("cuda", rank), timeout=datetime.timedelta(seconds=120))
-    else:
-        dist.init_process_group(args.backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+    else:  # a file store (args.store): no TCP store to outlive on rank 0 at teardown
+        dist.init_process_group(args.backend, init_method=f"file://{args.store}", rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=120))
     all_checks = gather_checks(headroom_checks(rank, world, dist.group.WORLD), dist.group.WORLD)
     if rank == 0:
@@ -292,11 +294,15 @@ def main():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     os.environ["NCCL_NVLS_ENABLE"] = "0"
+    store_dir = tempfile.mkdtemp(prefix="stats_reduce_torch.")
+    args.store = os.path.join(store_dir, "store")
     try:
         mp.spawn(checks_worker if args.checks_only else worker, args=(2, args, port), nprocs=2, join=True)
     except mp.ProcessExitedException as e:
         print(f"FAIL: a rank exited with {e.exit_code}")
         return 1
+    finally:
+        shutil.rmtree(store_dir, ignore_errors=True)
     return 0
 
 
