@@ -18,12 +18,23 @@ Checks, printed as a table and written to $OUT/megatron_fsdp_pool.json (+ .png):
     context) is one segment of that pool, holding every slot.
 A last process repeats the interval run under headroom.torch.profile.MemoryProfiler (steps 0 =
 learning and 3 = planned): its snapshots go to $OUT/snapshots, torch.cuda._memory_viz renders
-them to HTML and this script draws their active-memory timeline to a PNG.
+them to HTML and this script draws their active-memory timeline to a PNG (world size 1 only).
 
 World size 1 (a one-rank NCCL group, NVLS off): Megatron then keeps un-sharded weights in place
 and draws on the double-buffer pools for the gradient communication buckets, which it needs
 because grad_comm_dtype (bf16) differs from the main gradients (fp32). --world-size N (N GPUs)
-shards the weights too, so the parameter pools are exercised as well.
+shards the weights too, so the parameter pools are exercised as well. With N > 1 (outputs named
+megatron_fsdp_pool_dpN.*; bench/megatron_fsdp_pool_dp2.py runs N = 2 in tools/gpu-check) also:
+  * real sharding: on every rank every weight and main-gradient buffer of Megatron is
+    data-distributed, its local shard smaller than the unit and the N shards covering it;
+  * plan agreement: on every rank, every headroom arena was allocated after its plan's
+    fingerprint was compared across a data-parallel group of N ranks (PoolAllocator's
+    all_gather_object), and the fingerprints are the same on every rank;
+  * NCCL registration: an arena allocated by a PoolAllocator inside torch.cuda.use_mem_pool of a
+    pool on the NCCL backend's allocator is one segment of that pool on every rank, registered
+    with the process group once (ProcessGroupNCCL.register_mem_pool), still one segment at the
+    same address after allocate / free of every bucket, and an all_reduce on a slot view is right
+    (a last N-process child, in place of the profiler run).
 
   python3 bench/megatron_fsdp_pool.py [--steps 24] [--hidden 2048] [--layers 8] [--world-size 1]
   python3 bench/megatron_fsdp_pool.py --plan-only      # CPU: the model's plans, no training
@@ -33,6 +44,7 @@ it imports packaging), and headroom's Python package (pip install ., or a build 
 HEADROOM_ENABLE_PYTHON=ON: a _core*.so under build/ is found). Skips with a message otherwise.
 """
 import argparse
+import gc
 import importlib.util
 import json
 import os
@@ -178,9 +190,18 @@ def train(rank, args, run, out_path):
     from megatron_fsdp import utils as mutils
 
     hm = None
+    agreements = []
     if run != "megatron_maxpool":
         from headroom.torch import megatron_fsdp as hm
 
+        checked = hm.PoolAllocator._check_agreement
+
+        def counted(self, plan):  # records every cross-rank fingerprint comparison
+            sizes = [dist.get_world_size(g) for g in self._agreement_groups()]
+            checked(self, plan)
+            agreements.append({"pool": self.name, "fingerprint": plan.fingerprint(), "group_sizes": sizes})
+
+        hm.PoolAllocator._check_agreement = counted
         hm.install(planner=run.replace("+profile", ""))
     model, units = build_model(args.hidden, args.layers, device)
     fsdp = fully_shard_model(
@@ -227,6 +248,12 @@ def train(rank, args, run, out_path):
         if step == 0 and hm is not None:
             hm.end_step()  # interval: plan from step 0 and allocate the arena (others: no-op)
     peak = torch.cuda.max_memory_allocated()
+    mine = {"rank": rank, "sharding": sharding_info(fsdp), "agreements": agreements,
+            "fingerprints": {a.name: a.plan.fingerprint() for a in hm.allocators() if a.arena is not None}
+            if hm is not None else {},
+            "loss_bits": [struct.pack("<d", x).hex() for x in losses]}
+    everyone = [None] * args.world_size
+    dist.all_gather_object(everyone, mine)
     result = {
         "run": run,
         "world_size": args.world_size,
@@ -238,6 +265,7 @@ def train(rank, args, run, out_path):
         "allocated_at_step2": base,
         "device": torch.cuda.get_device_name(device),
         "torch": torch.__version__,
+        "ranks": everyone,
     }
     gbuf = mutils.get_global_memory_buffer().buffer
     result["megatron_slot_bytes"] = {f"{k[0]}": v.numel() * v.element_size() for k, v in gbuf.items()}
@@ -264,13 +292,159 @@ def train(rank, args, run, out_path):
     dist.destroy_process_group()
 
 
+def sharding_info(fsdp) -> dict:
+    """Megatron's buffers per parameter group on this rank: whether each is data-distributed,
+    its local elements (data_size) and the unit's (bucket_index.size)."""
+    out = {"buffers": [], "error": None}
+    try:
+        for i, g in enumerate(fsdp.param_and_grad_buffer.parameter_groups):
+            for kind in ("model_weight_buffer", "main_weight_buffer", "main_grad_buffer"):
+                b = getattr(g, kind, None)
+                if b is None:
+                    continue
+                out["buffers"].append({"group": i, "kind": kind, "distributed": bool(b.is_data_distributed),
+                                       "local": int(b.data_size), "unit": int(b.bucket_index.size)})
+    except Exception as e:  # noqa: BLE001 - reported by the sharding check
+        out["error"] = f"{type(e).__name__}: {e}"
+    return out
+
+
+def sharded(ranks, world) -> tuple:
+    """(ok, text): every rank's weight and main-gradient buffers are sharded N ways."""
+    problems = []
+    for r in ranks:
+        info = r["sharding"]
+        if info["error"] or not info["buffers"]:
+            problems.append(f"rank {r['rank']}: no buffers read ({info['error']})")
+            continue
+        for b in info["buffers"]:
+            if b["kind"] == "main_weight_buffer" and b["local"] == 0:
+                continue
+            if not b["distributed"] or not b["local"] < b["unit"] or b["local"] * world < b["unit"]:
+                problems.append(f"rank {r['rank']} group {b['group']} {b['kind']}: local {b['local']} of {b['unit']}"
+                                f"{'' if b['distributed'] else ' (not distributed)'}")
+    n = sum(len(r["sharding"]["buffers"]) for r in ranks)
+    if problems:
+        return False, f"{len(problems)} of {n} buffers not sharded {world} ways: " + "; ".join(problems[:6])
+    b = ranks[0]["sharding"]["buffers"][0]
+    return True, (f"{n} buffers over {world} ranks, each local shard < its unit, {world} shards cover it "
+                  f"(e.g. group 0 {b['kind']}: {b['local']} of {b['unit']} elements)")
+
+
+def agreed(result, world) -> tuple:
+    """(ok, text): every arena of this run was allocated after a fingerprint comparison across
+    `world` ranks, on every rank, and the fingerprints are the same everywhere."""
+    ranks = result["ranks"]
+    arenas = [p["name"] for p in result["pools"] if p["arena_bytes"] is not None]
+    problems = []
+    for r in ranks:
+        seen = {a["pool"]: a for a in r["agreements"]}
+        for name in arenas:
+            a = seen.get(name)
+            if a is None:
+                problems.append(f"rank {r['rank']}: arena {name} allocated without a fingerprint comparison")
+            elif world not in a["group_sizes"]:
+                problems.append(f"rank {r['rank']}: {name} compared in groups of {a['group_sizes']}, not {world}")
+    fps = [r["fingerprints"] for r in ranks]
+    if any(f != fps[0] for f in fps):
+        problems.append(f"fingerprints differ: {fps}")
+    if problems:
+        return False, "; ".join(problems[:6])
+    return bool(arenas), (f"{len(arenas)} arenas, each after one fingerprint comparison across {world} ranks; "
+                          f"fingerprints equal on every rank ({', '.join(sorted(fps[0].values()))[:120]})")
+
+
+def nccl_register(rank, args, out_path):
+    """One rank of the registration check: a PoolAllocator's arena inside a torch.cuda.MemPool on
+    the NCCL backend's allocator, registered with the process group once."""
+    import torch
+    import torch.distributed as dist
+
+    torch.cuda.set_device(rank)
+    device = torch.device("cuda", rank)
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{args.port}", rank=rank,
+                            world_size=args.world_size, device_id=device)
+    res = {"rank": rank, "error": None}
+    try:
+        import megatron_fsdp.param_and_grad_buffer as pgb
+        from headroom.torch import megatron_fsdp as hm
+
+        with torch.device("meta"):
+            model, units = build_model(args.hidden, args.layers, "meta")
+        policy = pgb.BucketingPolicy(fsdp_unit_modules=units, data_parallel_sharding_strategy="optim_grads_params")
+        groups, _, _ = pgb._get_parameter_groups(model, policy, {})
+        backend = dist.group.WORLD._get_backend(device)
+        try:
+            pool = torch.cuda.MemPool(backend.mem_allocator)
+            res["allocator"] = "NCCL (ncclMemAlloc)"
+        except Exception as e:  # noqa: BLE001 - an older torch: the default allocator, still registrable
+            pool = torch.cuda.MemPool()
+            res["allocator"] = f"default ({type(e).__name__}: {e})"
+        a = hm.PoolAllocator("nccl_register_check", groups, dtype_fn=lambda pg: torch.bfloat16)
+        numel = [sum(p.numel() for p in g.params) for g in groups]
+
+        def take(b):
+            return a.allocate(b, numel[b], torch.bfloat16, device,
+                              mem_alloc_context=lambda: torch.cuda.use_mem_pool(pool))
+
+        held = [take(0), take(1)]
+        segments = pool.snapshot()
+        base, n = a.arena.data_ptr(), a.arena.numel()
+        res["segments"] = len(segments)
+        res["segment_bytes"] = [s["total_size"] for s in segments]
+        res["arena_bytes"], res["plan_arena_bytes"] = n, a.plan.arena_bytes
+        inside = [s for s in segments if s["address"] <= base and base + n <= s["address"] + s["total_size"]]
+        res["arena_in_segment"] = len(inside) == 1
+        res["slots_in_segment"] = bool(inside) and all(
+            inside[0]["address"] <= h.data.data_ptr() < inside[0]["address"] + inside[0]["total_size"] for h in held)
+        backend.register_mem_pool(pool)  # NCCL registers each segment of the pool: one here
+        res["registered"] = True
+        x = held[0].data
+        x.fill_(rank + 1)
+        dist.all_reduce(x)
+        torch.cuda.synchronize()
+        res["all_reduce_right"] = bool((x == sum(range(1, args.world_size + 1))).all())
+        # every bucket in turn, two alive at a time, as the double buffer runs: no new segment
+        a.free(0)
+        a.free(1)
+        for b in range(len(groups)):
+            take(b)
+            if b >= 1:
+                a.free(b - 1)
+        a.free(len(groups) - 1)
+        after = pool.snapshot()
+        res["segments_after_cycle"] = len(after)
+        res["arena_moved"] = a.arena.data_ptr() != base
+        backend.deregister_mem_pool(pool)
+        # the arena back to the pool, then the pool's memory back to NCCL's allocator, while the
+        # process group still exists (torch's order for a registered MemPool)
+        del x, held
+        a = None
+        gc.collect()
+        pool = None
+        gc.collect()
+        torch.cuda.synchronize()
+    except Exception as e:  # noqa: BLE001 - reported by the parent
+        import traceback
+
+        res["error"] = f"{type(e).__name__}: {e}\n{traceback.format_exc()[-2000:]}"
+    everyone = [None] * args.world_size
+    dist.all_gather_object(everyone, res)
+    if rank == 0:
+        Path(out_path).write_text(json.dumps({"run": "nccl_register", "ranks": everyone}))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 def child(args) -> None:
+    fn = nccl_register if args.child == "nccl_register" else train
+    extra = () if args.child == "nccl_register" else (args.child,)
     if args.world_size == 1:
-        train(0, args, args.child, args.result)
+        fn(0, args, *extra, args.result)
     else:
         import torch.multiprocessing as mp
 
-        mp.spawn(train, args=(args, args.child, args.result), nprocs=args.world_size, join=True)
+        mp.spawn(fn, args=(args, *extra, args.result), nprocs=args.world_size, join=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -376,7 +550,7 @@ def main() -> int:
     ap.add_argument("--world-size", type=int, default=1)
     ap.add_argument("--port", type=int, default=29611)
     ap.add_argument("--plan-only", action="store_true")
-    ap.add_argument("--child", choices=RUNS + ["interval+profile"])
+    ap.add_argument("--child", choices=RUNS + ["interval+profile", "nccl_register"])
     ap.add_argument("--result")
     ap.add_argument("--snapshots")
     args = ap.parse_args()
@@ -404,10 +578,13 @@ def main() -> int:
 
     out = Path(os.environ.get("OUT") or tempfile.mkdtemp(prefix="megatron_fsdp_pool."))
     out.mkdir(parents=True, exist_ok=True)
-    snapshots = out / "snapshots"
+    stem = "megatron_fsdp_pool" + (f"_dp{args.world_size}" if args.world_size > 1 else "")
+    snapshots = out / ("snapshots" + (f"_dp{args.world_size}" if args.world_size > 1 else ""))
     results = {}
-    for i, run in enumerate(RUNS + ["interval+profile"]):
-        path = out / f"megatron_fsdp_pool.{run}.json"
+    # world size > 1: the registration check instead of the profiler run (a one-GPU concern)
+    children = RUNS + (["interval+profile"] if args.world_size == 1 else ["nccl_register"])
+    for i, run in enumerate(children):
+        path = out / f"{stem}.{run}.json"
         cmd = [sys.executable, str(Path(__file__).resolve()), "--child", run, "--result", str(path),
                "--steps", str(args.steps), "--hidden", str(args.hidden), "--layers", str(args.layers),
                "--tokens", str(args.tokens), "--world-size", str(args.world_size),
@@ -472,6 +649,29 @@ def main() -> int:
         mem = {"one_segment": False, "error": f"{type(e).__name__}: {e}"}
     checks.append((f"the arena inside torch.cuda.use_mem_pool is one segment of the pool ({mem})",
                    mem["one_segment"]))
+    if args.world_size > 1:
+        ok, text = sharded(ref["ranks"], args.world_size)
+        checks.append((f"megatron_maxpool: real sharding: {text}", ok))
+        ok, text = sharded(results["interval"]["ranks"], args.world_size)
+        checks.append((f"interval: real sharding: {text}", ok))
+        for run in RUNS[1:]:
+            ok, text = agreed(results[run], args.world_size)
+            checks.append((f"{run}: plan fingerprint checked across ranks: {text}", ok))
+        for run in RUNS[1:]:
+            bits = [r["loss_bits"] for r in results[run]["ranks"]]
+            checks.append((f"{run}: every rank's losses bit-equal to rank 0's ({args.world_size} ranks)",
+                           all(b == bits[0] for b in bits)))
+        reg = results["nccl_register"]["ranks"]
+        errors = [f"rank {r['rank']}: {r['error']}" for r in reg if r.get("error")]
+        one = all(not r.get("error") and r["segments"] == 1 and r["arena_in_segment"] and r["slots_in_segment"]
+                  and r["arena_bytes"] == r["plan_arena_bytes"] for r in reg)
+        checks.append((f"NCCL: the arena is one segment of the NCCL pool on every rank, as planned "
+                       f"({[(r.get('segments'), r.get('arena_bytes'), r.get('allocator')) for r in reg]})"
+                       + (f"; {errors[0][:600]}" if errors else ""), one))
+        checks.append(("NCCL: the pool registered with the process group once per rank, an all_reduce on a slot "
+                       "view right, still one segment (same address) after allocate / free of every bucket",
+                       all(not r.get("error") and r.get("registered") and r.get("all_reduce_right")
+                           and r.get("segments_after_cycle") == 1 and r.get("arena_moved") is False for r in reg)))
 
     device = ref["device"]
     date = time.strftime("%Y-%m-%d", time.gmtime())
@@ -495,7 +695,7 @@ def main() -> int:
         print(f"{'PASS' if ok else 'FAIL'}  {text}")
 
     png = None
-    snaps = [Path(p) for p in results["interval+profile"].get("snapshots", [])]
+    snaps = [Path(p) for p in results.get("interval+profile", {}).get("snapshots", [])]
     rendered = []
     try:
         import matplotlib
@@ -522,16 +722,17 @@ def main() -> int:
             ax.tick_params(axis="x", rotation=20)
         fig.suptitle(f"Megatron-FSDP double buffers: MaxPool vs headroom planners ({device}, {date})")
         fig.tight_layout()
-        png = out / "megatron_fsdp_pool.png"
+        png = out / f"{stem}.png"
         fig.savefig(png, dpi=120)
         plt.close(fig)
         for s in snaps:
             rendered.append(str(render_snapshot(s, out, f"interval run, {s.stem} ({device})")))
     except ImportError as e:
         print(f"no plots: {e}")
-    checks.append((f"profiler wrote {len(snaps)} snapshots (steps 0 and 3) that torch's _memory_viz renders",
-                   len(snaps) == 2 and len(rendered) == 2))
-    print(f"{'PASS' if checks[-1][1] else 'FAIL'}  {checks[-1][0]}")
+    if "interval+profile" in results:
+        checks.append((f"profiler wrote {len(snaps)} snapshots (steps 0 and 3) that torch's _memory_viz renders",
+                       len(snaps) == 2 and len(rendered) == 2))
+        print(f"{'PASS' if checks[-1][1] else 'FAIL'}  {checks[-1][0]}")
     summary = {
         "device": device, "date": date, "torch": ref["torch"], "megatron_fsdp": mfsdp_version,
         "world_size": args.world_size,
@@ -542,8 +743,12 @@ def main() -> int:
         "snapshots": [str(s) for s in snaps], "snapshot_pngs": rendered, "plot": str(png) if png else None,
         "runs": results,
     }
-    (out / "megatron_fsdp_pool.json").write_text(json.dumps(summary, indent=1))
-    print(f"wrote {out / 'megatron_fsdp_pool.json'}" + (f", {png}" if png else ""))
+    (out / f"{stem}.json").write_text(json.dumps(summary, indent=1))
+    print(json.dumps({"bench": stem, "device": device, "date": date, "world_size": args.world_size,
+                      "steps": args.steps, "checks": len(checks), "failed": sum(1 for _, ok in checks if not ok),
+                      "step_time_vs_maxpool": {r["run"]: round(r["step_time_vs_maxpool"], 4) for r in rows},
+                      "pool_mib": {r["run"]: round(r["pool_bytes"] / 2**20, 3) for r in rows}}))
+    print(f"wrote {out / (stem + '.json')}" + (f", {png}" if png else ""))
     return 0 if all(ok for _, ok in checks) else 1
 
 

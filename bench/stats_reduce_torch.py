@@ -11,18 +11,32 @@ ends with Python values, as a dashboard needs them.
   per_key    one all_reduce(MAX) per key (composer's MemoryMonitor pattern)
   device     all_reduce(MAX) of a float64 tensor already on the GPU: the collective alone
 
+  headroom   headroom.torch.stats.max_memory_report: the C++ reducer's int64 wire words in one
+             all_reduce(MAX) (after one key agreement per group), ints and floats exact
+
 Report sizes: 8, 64 and 512 keys, half ints (around 2^40), half floats, as in the C++ bench.
-Also checks the exactness gap the C++ reducer closes: an int above 2^53 through pr3645.
-Prints a table, then one JSON line (rank 0).
+Checks (headroom over NCCL; exit 1 when one fails, every rank reaching every collective):
+  * exactness beyond 2^53: 2^53 + 1 on rank 0 against 2^53 - 1 on rank 1, 2^53 + 3 against
+    2^53 + 2, 2^63 - 1, -(2^53 + 1), a float that is not an integer: the MAX comes back exact and
+    typed (pr3645's float64 tensor rounds 2^53 + 1 and is shown for comparison);
+  * a rank whose keys differ raises headroom.collective_mismatch on both ranks, within seconds:
+    on the first call of a group (an extra key on rank 1), and after the group agreed (a key
+    renamed on rank 1, as many keys as agreed); the group is usable after each (the next call
+    with the same keys everywhere returns the exact max).
+Prints a table, PASS/FAIL lines, then one JSON line (rank 0).
 
   python3 bench/stats_reduce_torch.py [--iterations 500] [--warmup 50]
+  python3 bench/stats_reduce_torch.py --backend gloo --checks-only   # the checks on CPU (gloo)
 """
 import argparse
+import datetime
 import json
 import os
+import shutil
 import socket
 import statistics
 import sys
+import tempfile
 import time
 
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
@@ -31,6 +45,30 @@ import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
 SIZES = (8, 64, 512)
+METHODS = ("pr3645", "per_key", "device", "headroom")
+
+
+def gather_checks(checks, group):
+    """Every rank's checks, merged by name: passed only where it passed on every rank."""
+    everyone = [None] * dist.get_world_size(group)
+    dist.all_gather_object(everyone, checks, group=group)
+    merged = {}
+    for i, mine in enumerate(everyone):
+        for name, ok, detail in mine:
+            prev = merged.get(name, (True, ""))
+            merged[name] = (prev[0] and ok, prev[1] if ok else f"{prev[1]} rank {i}: {detail}".strip())
+    counts = {}
+    for mine in everyone:
+        for name, _, _ in mine:
+            counts[name] = counts.get(name, 0) + 1
+    return [(n, ok and counts[n] == len(everyone), d) for n, (ok, d) in merged.items()]
+
+
+def report_checks(rank, all_checks):
+    if rank == 0:
+        for name, ok, detail in all_checks:
+            print(f"{'PASS' if ok else 'FAIL'}  {name}" + ("" if ok or not detail else f"  ({detail})"))
+    return all(ok for _, ok, _ in all_checks)
 
 
 def make_report(rank, keys):
@@ -70,6 +108,67 @@ def per_key(memory_report, group):
     return out
 
 
+def headroom_checks(rank, world, group, timeout_s=10.0):
+    """The exactness and key-agreement checks of headroom.torch.stats on `group` (any backend).
+    Returns [(name, ok, detail)], the same names on every rank. Nothing here raises out of a
+    collective that the other rank still waits in: every scenario is caught and recorded."""
+    import headroom
+    from headroom.torch import stats as hs
+
+    hs.forget_agreements()
+    checks = []
+
+    def call(fn):
+        t0 = time.perf_counter()
+        try:
+            return ("ok", fn()), time.perf_counter() - t0
+        except headroom.collective_mismatch as e:
+            return ("collective_mismatch", str(e)), time.perf_counter() - t0
+        except Exception as e:  # noqa: BLE001 - recorded as a failed check
+            return (type(e).__name__, str(e)), time.perf_counter() - t0
+
+    two53 = 1 << 53
+    ranks_values = [
+        {"big.plus1": two53 + 1, "big.plus3": two53 + 2, "int64.max": (1 << 63) - 1, "neg.big": -(two53 + 1),
+         "float": 0.1, "small": 7, "flag": False},
+        {"big.plus1": two53 - 1, "big.plus3": two53 + 3, "int64.max": (1 << 63) - 2, "neg.big": -(two53 + 3),
+         "float": 0.30000000000000004, "small": 5, "flag": True},
+    ]
+    mine = dict(ranks_values[rank % 2])
+    expect = {k: max(ranks_values[0][k], ranks_values[min(1, world - 1)][k]) for k in mine}
+    got, _ = call(lambda: hs.max_memory_report(mine, group))
+    exact = got[0] == "ok" and got[1] == expect and all(type(got[1][k]) is type(expect[k]) for k in expect)
+    checks.append(("exact max beyond 2^53 (2^53+1, 2^53+3, 2^63-1, -(2^53+1)), typed", exact,
+                   f"got {got}, expected {expect}"))
+    steady, _ = call(lambda: hs.max_memory_report(mine, group))
+    checks.append(("steady-state call (one all_reduce) exact as well", steady == ("ok", expect), f"got {steady}"))
+    # float64 (pr3645's wire) cannot hold it: the comparison the exactness check is about
+    checks.append(("float64 would have rounded 2^53+1", float(two53 + 1) != two53 + 1, ""))
+
+    # a rank whose keys differ on the first call of a group: an extra key on rank 1
+    hs.forget_agreements()
+    extra = dict(mine)
+    if rank == 1:
+        extra["only.on.rank1"] = 1
+    got, secs = call(lambda: hs.max_memory_report(extra, group))
+    checks.append((f"extra key on rank 1, first call: collective_mismatch on every rank within {timeout_s:.0f} s",
+                   got[0] == "collective_mismatch" and secs < timeout_s, f"{got[0]} after {secs:.3f} s: {got[1]}"[:400]))
+    after, _ = call(lambda: hs.max_memory_report(mine, group))
+    checks.append(("the group is usable after the first-call mismatch (exact max)", after == ("ok", expect), f"got {after}"))
+
+    # after the group agreed: a key renamed on rank 1 (same count), caught by the wire header
+    renamed = dict(mine)
+    if rank == 1:
+        renamed["small.renamed"] = renamed.pop("small")
+    got, secs = call(lambda: hs.max_memory_report(renamed, group))
+    checks.append((f"key renamed on rank 1 after agreement: collective_mismatch on every rank within {timeout_s:.0f} s",
+                   got[0] == "collective_mismatch" and secs < timeout_s, f"{got[0]} after {secs:.3f} s: {got[1]}"[:400]))
+    after, _ = call(lambda: hs.max_memory_report(mine, group))
+    checks.append(("the group is usable after the renamed-key mismatch (exact max)", after == ("ok", expect),
+                   f"got {after}"))
+    return checks
+
+
 def measure(fn, warmup, iterations):
     for _ in range(warmup):
         fn()
@@ -92,8 +191,12 @@ def measure(fn, warmup, iterations):
 def worker(rank, world, args, port):
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                            device_id=torch.device("cuda", rank))
+                            device_id=torch.device("cuda", rank), timeout=datetime.timedelta(seconds=120))
     group = dist.group.WORLD
+    from headroom.torch import stats as hs
+
+    checks = headroom_checks(rank, world, group)
+    hs.forget_agreements()
     rows = []
     for keys in SIZES:
         report = make_report(rank, keys)
@@ -102,6 +205,10 @@ def worker(rank, world, args, port):
         got = reduce_max_memory_across_pp_group(report, group)
         assert got == expect and all(type(got[k]) is type(report[k]) for k in report), "pr3645 gave a wrong max"
         assert per_key(report, group) == expect, "per_key gave a wrong max"
+        hs.forget_agreements()  # a new key set: agree on it once (outside the timing below)
+        got_hr = hs.max_memory_report(report, group)
+        checks.append((f"headroom {keys} keys: the max of both ranks, typed",
+                       got_hr == expect and all(type(got_hr[k]) is type(report[k]) for k in report), ""))
         dev = torch.tensor(list(map(float, report.values())), dtype=torch.float64, device="cuda")
 
         def device_only():
@@ -115,43 +222,87 @@ def worker(rank, world, args, port):
             "pr3645": measure(lambda: reduce_max_memory_across_pp_group(report, group), args.warmup, args.iterations),
             "per_key": measure(lambda: per_key(report, group), min(args.warmup, per_key_iterations), per_key_iterations),
             "device": measure(device_only, args.warmup, args.iterations),
+            "headroom": measure(lambda: hs.max_memory_report(report, group), args.warmup, args.iterations),
         })
     big = (1 << 53) + 1 + 2 * rank
     exact = reduce_max_memory_across_pp_group({"big": big, "x": 0.0}, group)["big"] == (1 << 53) + 3
+    all_checks = gather_checks(checks, group)
     if rank == 0:
         name = torch.cuda.get_device_name(0)
         print(f"PyTorch {torch.__version__} all_reduce(MAX) of a memory report on 2 GPUs ({name}), "
               f"medians of {args.iterations} calls, microseconds (host wall / CUDA events)")
-        print(f"{'keys':>6} {'bytes':>8} | {'pr3645':>15} {'per_key':>15} {'device':>15}")
+        print(f"{'keys':>6} {'bytes':>8} | {'pr3645':>15} {'per_key':>15} {'device':>15} {'headroom':>15}")
         for r in rows:
-            cells = [f"{r[m]['wall_us']:6.1f} / {r[m]['event_us']:6.1f}" for m in ("pr3645", "per_key", "device")]
+            cells = [f"{r[m]['wall_us']:6.1f} / {r[m]['event_us']:6.1f}" for m in METHODS]
             print(f"{r['keys']:>6} {r['bytes']:>8} | " + " ".join(f"{c:>15}" for c in cells))
         print(f"pr3645 exact for an int above 2^53: {exact}")
+        report_checks(rank, all_checks)
         print(json.dumps({"bench": "stats_reduce_torch", "device": name, "gpus": 2, "torch": torch.__version__,
                           "iterations": args.iterations, "unit": "us", "pr3645_exact_above_2_53": exact,
                           "results": [{"keys": r["keys"], "bytes": r["bytes"],
-                                       **{f"{m}_{k}": r[m][k] for m in ("pr3645", "per_key", "device")
-                                          for k in ("wall_us", "event_us")}} for r in rows]}))
+                                       **{f"{m}_{k}": r[m][k] for m in METHODS
+                                          for k in ("wall_us", "event_us")}} for r in rows],
+                          "headroom_checks": [{"check": n, "pass": ok} for n, ok, _ in all_checks]}))
     dist.barrier()
     dist.destroy_process_group()
+    if not all(ok for _, ok, _ in all_checks):
+        raise SystemExit(1)
+
+
+def checks_worker(rank, world, args, port):
+    """--checks-only: headroom's checks alone, on args.backend (gloo: CPU, no GPU needed)."""
+    if args.backend == "nccl":
+        torch.cuda.set_device(rank)
+        dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                                device_id=torch.device("cuda", rank), timeout=datetime.timedelta(seconds=120))
+    else:  # a file store (args.store): no TCP store to outlive on rank 0 at teardown
+        dist.init_process_group(args.backend, init_method=f"file://{args.store}", rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=120))
+    all_checks = gather_checks(headroom_checks(rank, world, dist.group.WORLD), dist.group.WORLD)
+    if rank == 0:
+        print(f"headroom.torch.stats.max_memory_report over {args.backend}, {world} ranks, torch {torch.__version__}")
+    ok = report_checks(rank, all_checks)
+    if rank == 0:
+        print(json.dumps({"bench": "stats_reduce_torch", "backend": args.backend, "checks_only": True,
+                          "headroom_checks": [{"check": n, "pass": p} for n, p, _ in all_checks]}))
+    dist.barrier()
+    dist.destroy_process_group()
+    if not ok:
+        raise SystemExit(1)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=500)
     parser.add_argument("--warmup", type=int, default=50)
+    parser.add_argument("--backend", default="nccl", choices=["nccl", "gloo"])
+    parser.add_argument("--checks-only", action="store_true", help="headroom's checks, no timing")
     args = parser.parse_args()
     if args.iterations < 1 or args.warmup < 0:
         parser.error(f"--iterations must be >= 1 and --warmup >= 0, got {args.iterations} and {args.warmup}")
-    if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
-        print(f"stats_reduce_torch: needs 2 GPUs, found {torch.cuda.device_count() if torch.cuda.is_available() else 0}",
-              file=sys.stderr)
-        return 1
+    if args.backend != "nccl" and not args.checks_only:
+        parser.error("--backend gloo runs --checks-only (the timings compare NCCL collectives)")
+    if args.backend == "nccl" and (not torch.cuda.is_available() or torch.cuda.device_count() < 2):
+        print(f"skipped: needs 2 GPUs, found {torch.cuda.device_count() if torch.cuda.is_available() else 0}")
+        return 77
+    try:
+        from headroom.torch import stats  # noqa: F401
+    except ImportError as e:
+        print(f"skipped: headroom's Python package is not importable ({e})")
+        return 77
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     os.environ["NCCL_NVLS_ENABLE"] = "0"
-    mp.spawn(worker, args=(2, args, port), nprocs=2, join=True)
+    store_dir = tempfile.mkdtemp(prefix="stats_reduce_torch.")
+    args.store = os.path.join(store_dir, "store")
+    try:
+        mp.spawn(checks_worker if args.checks_only else worker, args=(2, args, port), nprocs=2, join=True)
+    except mp.ProcessExitedException as e:
+        print(f"FAIL: a rank exited with {e.exit_code}")
+        return 1
+    finally:
+        shutil.rmtree(store_dir, ignore_errors=True)
     return 0
 
 

@@ -1,0 +1,294 @@
+#!/usr/bin/env python3
+# headroom: needs 2 GPUs
+"""headroom.torch.cp's gather over NCCL: two processes (cuda:0, cuda:1, the nccl backend), each a
+CP rank of random packed batches (Partition.from_raw of random sequence lengths).
+
+Checks, exact (torch.equal), for bf16 and fp32, against the single-rank reference (the whole
+batch on one rank, in sequence order; the shard from the same partition on the CPU, where the ops
+are torch index ops rather than headroom's kernels):
+  * collect_output(policy="full"): every rank gets the batch back in sequence order, with the
+    padded global cu_seqlens; backward of a loss computed identically on every rank gives cp x the
+    split gradient (the reduce-scatter adjoint);
+  * collect_output(policy="none"): the local shard equals the CPU split, local cu_seqlens;
+  * collect_output(policy="per_token"): the per-token vectors (row max and min, exact in any order)
+    gathered equal the same function of the whole batch;
+  * gather(gradient="local"): only this rank's rows carry a gradient.
+The checked batches have --check-tokens x --check-width (default 8192 x 1024), the timed one
+--tokens x --width (default 16384 x 4096).
+Timing (CUDA events, median of --iterations after --warmup): cp.gather of a [T/cp, width] shard
+against a bare dist.all_gather_into_tensor of the same bytes, and the gather of per-token vectors.
+A table on rank 0, PASS/FAIL lines, one JSON line; $OUT/cp_torch_gather_nccl.json when OUT is set.
+Exit 1 when a check fails; "skipped: ..." and exit 77 without 2 GPUs, torch or headroom._cuda.
+
+  python3 bench/cp_torch_gather_nccl.py [--tokens 16384] [--width 4096] [--iterations 20] [--warmup 5]
+  python3 bench/cp_torch_gather_nccl.py --backend gloo --device cpu --tokens 512 --width 64 \
+      --check-tokens 512 --check-width 64                                                 # CPU check
+"""
+import argparse
+import datetime
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+
+os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+
+SKIP = 77
+
+
+def skip(why: str) -> None:
+    print(f"skipped: {why}")
+    sys.exit(SKIP)
+
+
+def packed_cu(gen, tokens: int, max_len: int):
+    """Boundaries of random sequences (1..max_len tokens, some empty) adding up to about `tokens`."""
+    import torch
+
+    cu = [0]
+    while cu[-1] < tokens:
+        n = int(torch.randint(0, max_len + 1, (1,), generator=gen))
+        cu.append(min(tokens, cu[-1] + n))
+    return cu
+
+
+def make_batch(tokens, width, dtype, seed, world, rank, device):
+    import torch
+    from headroom.torch import cp
+
+    gen = torch.Generator().manual_seed(seed)  # the same batch on every rank
+    raw_cu = packed_cu(gen, tokens, max(1, tokens // 6))
+    part = cp.Partition.from_raw(raw_cu, world, rank, total_multiple=64)
+    ref_part = cp.Partition.from_raw(raw_cu, world, rank, total_multiple=64)  # the CPU reference's
+    x = torch.randn(part.global_rows, width, generator=gen).to(dtype)
+    w = torch.randn(part.global_rows, width, generator=gen).to(dtype)
+    return part, ref_part, x, x.to(device), w.to(device)
+
+
+def per_token(o):
+    import torch
+
+    f = o.float()
+    return torch.stack([f.amax(-1), f.amin(-1)], -1)
+
+
+def timed(fn, args, device):
+    """Median milliseconds of fn() over args.iterations after args.warmup: CUDA events on the
+    current stream, else the host clock."""
+    import torch
+
+    for _ in range(args.warmup):
+        fn()
+    times = []
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        for _ in range(args.iterations):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b))
+    else:
+        for _ in range(args.iterations):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def checks_and_times(rank, world, args, device):
+    import torch
+    import torch.distributed as dist
+    from headroom.torch import cp
+
+    checks = []  # (name, ok, detail)
+
+    def check(name, ok, detail=""):
+        checks.append((name, bool(ok), detail))
+
+    dtypes = {"bf16": torch.bfloat16, "fp32": torch.float32}
+    for i, (dname, dtype) in enumerate(dtypes.items()):
+        for trial in range(args.batches):
+            part, ref_part, x_cpu, x, w = make_batch(args.check_tokens, args.check_width, dtype, 1000 * i + trial, world,
+                                                     rank, device)
+            T = part.global_rows
+            tag = f"{dname} batch {trial} (T={T}, {len(part.cu_seqlens) - 1} seqs)"
+            # full: the whole batch back, in sequence order, on every rank; the reduce-scatter adjoint
+            local = part.split(x).requires_grad_()
+            got = cp.collect_output(local, part, policy="full")
+            check(f"full {tag}: rows equal the single-rank batch", torch.equal(got.rows.cpu(), x_cpu))
+            check(f"full {tag}: global padded cu_seqlens",
+                  torch.equal(got.cu_seqlens.cpu().to(torch.int64), part.cu_seqlens.cpu().to(torch.int64)))
+            (got.rows.float() * w.float()).sum().backward()
+            expected_grad = ref_part.split((w.float() * world).to(dtype).cpu())
+            check(f"full {tag}: gradient = cp x split(dy)", torch.equal(local.grad.cpu(), expected_grad))
+            # none: the local shard (headroom's kernel) equals the CPU split (torch index ops)
+            got = cp.collect_output(part.split(x), part, policy="none")
+            check(f"none {tag}: shard equals the CPU split", torch.equal(got.rows.cpu(), ref_part.split(x_cpu)))
+            check(f"none {tag}: local cu_seqlens",
+                  torch.equal(got.cu_seqlens.cpu().to(torch.int64), ref_part.local_cu_seqlens.cpu().to(torch.int64)))
+            # per_token: only the vectors cross, equal to the function of the whole batch
+            got = cp.collect_output(part.split(x), part, policy="per_token", per_token=per_token)
+            check(f"per_token {tag}: vectors equal per_token(whole batch)",
+                  got.rows.shape == (T, 2) and torch.equal(got.rows.cpu(), per_token(x_cpu)))
+            # gradient="local": this rank's rows only
+            local = part.split(x).requires_grad_()
+            (cp.gather(local, part, gradient="local").float() * w.float()).sum().backward()
+            check(f"local-gradient {tag}: only this rank's rows", torch.equal(local.grad.cpu(), ref_part.split(w.cpu())))
+
+    # timing: the gather against a bare all_gather_into_tensor of the same bytes
+    rows = []
+    for dname, dtype in dtypes.items():
+        part, _, _, x, _ = make_batch(args.tokens, args.width, dtype, 7, world, rank, device)
+        local = part.split(x).contiguous()
+        out = torch.empty((part.global_rows, args.width), dtype=dtype, device=device)
+        vec = per_token(local).contiguous()
+        vec_out = torch.empty((part.global_rows, 2), dtype=vec.dtype, device=device)
+        dist.barrier()
+        gather_ms = timed(lambda: cp.gather(local, part), args, device)
+        bare_ms = timed(lambda: dist.all_gather_into_tensor(out, local), args, device)
+        vec_ms = timed(lambda: cp.gather(vec, part), args, device)
+        vec_bare_ms = timed(lambda: dist.all_gather_into_tensor(vec_out, vec), args, device)
+        rows.append({"dtype": dname, "tokens": part.global_rows, "width": args.width,
+                     "bytes": part.global_rows * args.width * local.element_size(),
+                     "gather_ms": gather_ms, "all_gather_ms": bare_ms, "ratio": gather_ms / bare_ms,
+                     "per_token_bytes": part.global_rows * 2 * vec.element_size(),
+                     "per_token_gather_ms": vec_ms, "per_token_all_gather_ms": vec_bare_ms})
+    return checks, rows
+
+
+def worker(rank, world, args, store_file, result_dir):
+    import torch
+    import torch.distributed as dist
+
+    result = {"rank": rank, "checks": [], "rows": [], "error": None}
+    try:
+        if args.device == "cuda":
+            torch.cuda.set_device(rank)
+            device = torch.device("cuda", rank)
+            dist.init_process_group(args.backend, init_method=f"file://{store_file}", rank=rank, world_size=world,
+                                    timeout=datetime.timedelta(seconds=args.timeout), device_id=device)
+            result["device"] = torch.cuda.get_device_name(device)
+        else:
+            device = torch.device("cpu")
+            dist.init_process_group(args.backend, init_method=f"file://{store_file}", rank=rank, world_size=world,
+                                    timeout=datetime.timedelta(seconds=args.timeout))
+            result["device"] = "cpu"
+        try:
+            checks, rows = checks_and_times(rank, world, args, device)
+            result["checks"] = [{"check": n, "pass": ok, "detail": d} for n, ok, d in checks]
+            result["rows"] = rows
+        finally:
+            dist.destroy_process_group()
+    except Exception as e:  # noqa: BLE001 - reported by the parent, with the traceback
+        result["error"] = f"{type(e).__name__}: {e}\n{traceback.format_exc()}"
+    with open(os.path.join(result_dir, f"rank{rank}.json"), "w") as f:
+        json.dump(result, f)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--backend", default="nccl", choices=["nccl", "gloo"])
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--world", type=int, default=2)
+    ap.add_argument("--tokens", type=int, default=16384)
+    ap.add_argument("--width", type=int, default=4096)
+    ap.add_argument("--batches", type=int, default=3, help="random packed batches checked per dtype")
+    ap.add_argument("--check-tokens", type=int, default=8192, help="tokens of the checked batches")
+    ap.add_argument("--check-width", type=int, default=1024, help="row width of the checked batches")
+    ap.add_argument("--iterations", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--timeout", type=int, default=120, help="seconds for a collective before it fails")
+    args = ap.parse_args()
+    if args.iterations < 1 or args.warmup < 0 or args.world < 2:
+        ap.error("--iterations >= 1, --warmup >= 0, --world >= 2")
+    try:
+        import torch
+        import torch.distributed as dist
+        import torch.multiprocessing as mp
+    except ImportError as e:
+        skip(f"torch is not importable ({e})")
+    if not dist.is_available():
+        skip("torch.distributed is not available")
+    if args.device == "cuda":
+        if not torch.cuda.is_available():
+            skip("no CUDA device")
+        if torch.cuda.device_count() < args.world:
+            skip(f"needs {args.world} GPUs, torch sees {torch.cuda.device_count()}")
+        if args.backend == "nccl" and not dist.is_nccl_available():
+            skip("torch.distributed has no NCCL")
+    try:
+        import headroom  # noqa: F401
+        from headroom.torch import cp  # noqa: F401
+    except ImportError as e:
+        skip(f"headroom's Python package is not importable ({e})")
+    if args.device == "cuda":
+        try:
+            from headroom import _cuda  # noqa: F401
+        except ImportError as e:
+            skip(f"headroom._cuda is not importable ({e}): build the package with HEADROOM_ENABLE_CUDA=ON")
+
+    with tempfile.TemporaryDirectory(prefix="cp_torch_gather_nccl.") as tmp:
+        mp.spawn(worker, args=(args.world, args, os.path.join(tmp, "store"), tmp), nprocs=args.world, join=True)
+        results = []
+        for r in range(args.world):
+            path = os.path.join(tmp, f"rank{r}.json")
+            if not os.path.exists(path):
+                print(f"FAIL  rank {r} wrote no result")
+                return 1
+            with open(path) as f:
+                results.append(json.load(f))
+
+    failed = False
+    for res in results:
+        if res["error"]:
+            print(f"FAIL  rank {res['rank']}: {res['error']}")
+            failed = True
+    r0 = results[0]
+    device = r0.get("device", "?")
+    date = time.strftime("%Y-%m-%d", time.gmtime())
+    print(f"headroom.torch.cp gather over {args.backend}, {args.world} ranks on {device}, torch {torch.__version__}, {date}")
+    if r0["rows"]:
+        print(f"median of {args.iterations} after {args.warmup} warm-up, rank 0 "
+              f"({'CUDA events' if args.device == 'cuda' else 'host clock'})\n")
+        print(f"{'dtype':5s} {'tokens':>7s} {'width':>6s} {'MiB':>8s} | {'cp.gather':>10s} {'all_gather':>10s} {'ratio':>6s} "
+              f"| {'per-token KiB':>13s} {'cp.gather':>10s} {'all_gather':>10s}")
+        for row in r0["rows"]:
+            print(f"{row['dtype']:5s} {row['tokens']:7d} {row['width']:6d} {row['bytes'] / 2**20:8.2f} | "
+                  f"{row['gather_ms']:8.3f}ms {row['all_gather_ms']:8.3f}ms {row['ratio']:6.3f} | "
+                  f"{row['per_token_bytes'] / 2**10:13.1f} {row['per_token_gather_ms']:8.3f}ms "
+                  f"{row['per_token_all_gather_ms']:8.3f}ms")
+        print()
+    counts = {}
+    for res in results:
+        for c in res["checks"]:
+            key = c["check"]
+            ok, n = counts.get(key, (True, 0))
+            counts[key] = (ok and c["pass"], n + 1)
+    for name, (ok, n) in counts.items():
+        if not ok or n != args.world:
+            failed = True
+        print(f"{'PASS' if ok and n == args.world else 'FAIL'}  {name} (on {n} of {args.world} ranks)")
+    if not counts:
+        failed = True
+        print("FAIL  no check ran")
+    summary = {"bench": "cp_torch_gather_nccl", "backend": args.backend, "device": device, "world": args.world,
+               "date": date, "torch": torch.__version__, "tokens": args.tokens, "width": args.width,
+               "iterations": args.iterations, "warmup": args.warmup, "rows": r0["rows"],
+               "checks": len(counts), "checks_failed": sum(1 for ok, n in counts.values() if not ok or n != args.world),
+               "pass": not failed}
+    print(json.dumps(summary))
+    out = os.environ.get("OUT")
+    if out:
+        os.makedirs(out, exist_ok=True)
+        with open(os.path.join(out, "cp_torch_gather_nccl.json"), "w") as f:
+            json.dump({**summary, "per_rank": results}, f, indent=1)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""The 2-GPU benchmarks' spawn / compare / report logic on CPU: bench/cp_torch_gather_nccl.py
+and bench/stats_reduce_torch.py --checks-only on the gloo backend (two processes), so that the
+NCCL runs on the GPU machine fail only for GPU reasons."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
+                                reason="torch.distributed with gloo is not available")
+
+BENCH = Path(__file__).resolve().parents[3] / "bench"
+
+
+def run(args, tmp_path):
+    env = {**__import__("os").environ, "OUT": str(tmp_path)}
+    return subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, timeout=600, env=env)
+
+
+def test_cp_gather_bench_on_gloo(tmp_path):
+    out = run([BENCH / "cp_torch_gather_nccl.py", "--backend", "gloo", "--device", "cpu", "--tokens", "300",
+               "--width", "16", "--check-tokens", "300", "--check-width", "16", "--batches", "2",
+               "--iterations", "3", "--warmup", "1"], tmp_path)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "FAIL" not in out.stdout
+    for policy in ("full", "none", "per_token", "local-gradient"):
+        assert f"PASS  {policy} bf16 batch 1" in out.stdout and f"PASS  {policy} fp32 batch 0" in out.stdout
+    summary = json.loads((tmp_path / "cp_torch_gather_nccl.json").read_text())
+    assert summary["pass"] and summary["checks_failed"] == 0 and summary["checks"] == 2 * 2 * 7
+    assert [r["dtype"] for r in summary["rows"]] == ["bf16", "fp32"]
+
+
+def test_stats_bench_checks_on_gloo(tmp_path):
+    out = run([BENCH / "stats_reduce_torch.py", "--backend", "gloo", "--checks-only"], tmp_path)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    text = out.stdout
+    assert "FAIL" not in text
+    assert "PASS  exact max beyond 2^53" in text
+    assert "PASS  extra key on rank 1, first call: collective_mismatch on every rank" in text
+    assert "PASS  key renamed on rank 1 after agreement: collective_mismatch on every rank" in text
+    line = [ln for ln in text.splitlines() if ln.startswith("{")][-1]
+    assert all(c["pass"] for c in json.loads(line)["headroom_checks"])
