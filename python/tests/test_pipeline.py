@@ -136,13 +136,13 @@ def test_fingerprint_tells_schedules_and_sizes_apart():
     s = pipeline.schedule("one_f_one_b", 2, 4)
     each = pipeline.StageBytes(activations=100, output=10)
     words = pipeline.fingerprint(s, each)
-    assert len(words) == 8 and words == pipeline.fingerprint(s, [each, each])
+    assert len(words) == 9 and words == pipeline.fingerprint(s, [each, each])
     renamed = pipeline.Schedule("other name", s.shape, s.ranks)
     assert pipeline.fingerprint(renamed, each) == words  # names do not count
     gp = pipeline.schedule("gpipe", 2, 4)  # same shape, another order
-    assert [a != b for a, b in zip(pipeline.fingerprint(gp, each), words)] == [False] * 6 + [True, False]
+    assert [a != b for a, b in zip(pipeline.fingerprint(gp, each), words)] == [False] * 6 + [True, False, False]
     bigger = pipeline.StageBytes(activations=100, output=11)
-    assert [a != b for a, b in zip(pipeline.fingerprint(s, bigger), words)] == [False] * 7 + [True]
+    assert [a != b for a, b in zip(pipeline.fingerprint(s, bigger), words)] == [False] * 7 + [True, False]
     assert pipeline.fingerprint(s, [[each] * 2] * 4) != words  # per micro-batch sizes hash their count
     assert pipeline.fingerprint(pipeline.schedule("one_f_one_b", 2, 2), each)[2:4] == [2, 2]
 

@@ -251,18 +251,29 @@ class executor {
   };
   // The buffers of one (micro-batch, chunk) on this rank; empty where the size is 0 or the
   // buffer is not live. A received buffer keeps its ticket until the computation that reads it.
+  // A local hand-off (two stages of one rank) moves the producer's buffer into the consumer's
+  // slot; under outputs::kept_until_backward the producer keeps its output and the consumer
+  // reads it through `input_view` (one block, freed by the producer's backward, as PyTorch's
+  // forward cache holds it).
   struct slot {
     std::optional<buffer> input, output, stash, grad_output, grad_input, weight_stash;
     std::optional<pending_receive> input_pending, grad_output_pending;
+    std::optional<std::span<std::byte>> input_view;
   };
 
   template <class R, class O, class Stage, class Result>
   void run_actions(Stage& stage, std::vector<slot>& slots, Result& result) {
     auto const& shape = schedule_.shape();
+    auto const& where = schedule_.placement();
     bool const eval = schedule_.forward_only();
+    auto const slot_of = [&](int microbatch, int stage) -> slot& {
+      return slots[static_cast<std::size_t>(microbatch) * static_cast<std::size_t>(shape.chunks) +
+                   static_cast<std::size_t>(where.chunk_of(stage))];
+    };
+    auto const input_of = [](slot& s) { return s.input_view ? *s.input_view : view(s.input); };
     for (action const& a : schedule_.actions(rank_)) {
-      int const chunk = shape.chunk_of(a.stage);
-      slot& sl = slots[static_cast<std::size_t>(a.microbatch) * static_cast<std::size_t>(shape.chunks) + static_cast<std::size_t>(chunk)];
+      int const chunk = where.chunk_of(a.stage);
+      slot& sl = slot_of(a.microbatch, a.stage);
       stage_bytes const& b = bytes_.at(a.stage, a.microbatch);
       std::size_t const in_bytes = bytes_.input(a.stage, a.microbatch);
       bool const last = shape.is_last(a.stage);
@@ -282,9 +293,18 @@ class executor {
         case action_kind::send_backward: send_and_release(sl.grad_input, a.peer); break;
         case action_kind::forward: {
           arrived(sl.input_pending);
+          if (a.stage > 0 && where.rank_of(a.stage - 1) == rank_) {  // local hand-off from the previous chunk
+            slot& prev = slot_of(a.microbatch, a.stage - 1);
+            if (O::until_backward && !eval) {
+              sl.input_view = view(prev.output);
+            } else {
+              sl.input = std::move(prev.output);
+              prev.output.reset();
+            }
+          }
           sl.output = allocate(b.output);
           sl.stash = allocate(b.activations);
-          stage.forward(forward_args<Stream>{a.microbatch, a.stage, chunk, view(sl.input), view(sl.output), view(sl.stash), compute_});
+          stage.forward(forward_args<Stream>{a.microbatch, a.stage, chunk, input_of(sl), view(sl.output), view(sl.stash), compute_});
           if (last) {
             auto value = stage.loss(loss_args<Stream>{a.microbatch, a.stage, view(sl.output), view(sl.stash), compute_});
             if constexpr (R::keeps_losses) {
@@ -307,11 +327,16 @@ class executor {
         case action_kind::backward:
         case action_kind::backward_input: {
           arrived(sl.grad_output_pending);
+          if (!last && where.rank_of(a.stage + 1) == rank_) {  // local hand-off from the next chunk's backward
+            slot& next = slot_of(a.microbatch, a.stage + 1);
+            sl.grad_output = std::move(next.grad_input);
+            next.grad_input.reset();
+          }
           bool const split = a.kind == action_kind::backward_input;
           sl.grad_input = allocate(in_bytes);
           if (split) sl.weight_stash = allocate(b.weight_stash);
           backward_args<Stream> const args{a.microbatch,      a.stage,           chunk,
-                                           view(sl.input),    view(sl.grad_output), view(sl.grad_input),
+                                           input_of(sl),      view(sl.grad_output), view(sl.grad_input),
                                            view(sl.stash),    view(sl.weight_stash), compute_};
           if (split) {
             if constexpr (split_backward_stage<Stage, Stream>) stage.backward_input(args);
@@ -321,6 +346,7 @@ class executor {
           release(sl.grad_output);
           release(sl.stash);
           release(sl.input);
+          sl.input_view.reset();
           if constexpr (O::until_backward) release(sl.output);  // PyTorch's forward cache lets go here
           break;
         }

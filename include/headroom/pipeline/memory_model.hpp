@@ -27,6 +27,11 @@
 // last stage keeps its output past the loss, and each backward also frees its stage's output.
 // In a forward-only schedule a forward frees its stash and input right after it (there is no
 // backward to keep them for), and outputs go as under freed_when_sent.
+//
+// Between two stages of one rank (placement::v_shape) nothing is sent: the output becomes the
+// next chunk's input and the input gradient the previous chunk's output gradient, without a
+// copy, so they are counted once, allocated by their producer and freed by their consumer (under
+// kept_until_backward the output stays the producer's and its backward frees it).
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -117,10 +122,12 @@ template <output_retention R, output_lifetime O = outputs::freed_when_sent>
     return a + b;
   };
   bool const eval = s.forward_only();
+  auto const& where = s.placement();
   std::vector<rank_memory> out;
   for (int r = 0; r < shape.stages; ++r) {
     rank_memory m{.rank = r};
-    for (int st = r; st < shape.virtual_stages(); st += shape.stages) m.parameters = sum(m.parameters, as_int(bytes[st].parameters), r, "parameters");
+    for (int c = 0; c < shape.chunks; ++c)
+      m.parameters = sum(m.parameters, as_int(bytes[where.virtual_stage(r, c)].parameters), r, "parameters");
     std::int64_t live = 0;
     auto const list = s.actions(r);
     for (std::size_t i = 0; i < list.size(); ++i) {
@@ -148,7 +155,10 @@ template <output_retention R, output_lifetime O = outputs::freed_when_sent>
           grow = in + (a.kind == action_kind::backward_input ? ws : 0);
           // the output's gradient (not on the last stage), and an output still held until now
           std::int64_t const kept_output = O::until_backward && !(last && R::keeps_outputs) ? outb : 0;
-          shrink = (last ? 0 : outb) + kept_output + act + in;
+          // an input handed over locally under kept_until_backward is the previous chunk's
+          // output, still held by it: its backward frees that block
+          bool const viewed_input = O::until_backward && a.stage > 0 && where.rank_of(a.stage - 1) == r;
+          shrink = (last ? 0 : outb) + kept_output + act + (viewed_input ? 0 : in);
           break;
         }
         case action_kind::backward_weight: shrink = ws; break;

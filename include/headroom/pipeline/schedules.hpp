@@ -36,6 +36,7 @@
 #include "headroom/core/error.hpp"
 #include "headroom/pipeline/action.hpp"
 #include "headroom/pipeline/detail/lower.hpp"
+#include "headroom/pipeline/placement.hpp"
 #include "headroom/pipeline/schedule.hpp"
 #include "headroom/pipeline/shape.hpp"
 #include "headroom/pipeline/validate.hpp"
@@ -68,13 +69,15 @@ inline void check_no_group(pipeline_shape const& shape, std::string_view name) {
 }  // namespace detail
 
 /// A schedule from per-rank compute orders (forward, backward, backward_input, backward_weight
-/// only): the transfers are placed as the generators place theirs (detail/lower.hpp), so the
-/// lists cannot deadlock under blocking send/recv. Throws invalid_argument for an action that is
-/// not a computation, out of range or on the wrong rank, for orders that wait on each other, and
-/// for anything validate() rejects (a missing backward, a repeated forward).
-[[nodiscard]] inline schedule place_transfers(std::string name, pipeline_shape const& shape,
+/// only), virtual stages placed by `where`: the transfers are placed as the generators place
+/// theirs (detail/lower.hpp), so the lists cannot deadlock under blocking send/recv, and two
+/// stages of one rank hand over locally. Throws invalid_argument for an action that is not a
+/// computation, out of range or on the wrong rank, for orders that wait on each other, and for
+/// anything validate() rejects (a missing backward, a repeated forward).
+[[nodiscard]] inline schedule place_transfers(std::string name, pipeline_shape const& shape, placement const& where,
                                               std::vector<std::vector<action>> const& compute_order) {
   shape.check("pipeline::place_transfers");
+  where.check(shape, "pipeline::place_transfers");
   expects(compute_order.size() == static_cast<std::size_t>(shape.stages), "pipeline::place_transfers: ",
           compute_order.size(), " compute orders for p = ", shape.stages, ", expected one per rank");
   expects(shape.stages >= 2 || shape.chunks == 1, "pipeline::place_transfers: chunks (v) = ", shape.chunks,
@@ -82,12 +85,18 @@ inline void check_no_group(pipeline_shape const& shape, std::string_view name) {
   for (std::size_t r = 0; r < compute_order.size(); ++r)
     for (action const& a : compute_order[r])
       expects(is_compute(a.kind) && a.peer == -1 && a.microbatch >= 0 && a.microbatch < shape.microbatches &&
-                  a.stage >= 0 && a.stage < shape.virtual_stages() && shape.rank_of(a.stage) == static_cast<int>(r),
+                  a.stage >= 0 && a.stage < shape.virtual_stages() && where.rank_of(a.stage) == static_cast<int>(r),
               "pipeline::place_transfers: rank ", r, " has ", a, ", expected a computation (peer -1) of a micro-batch in [0, ",
               shape.microbatches, ") on one of this rank's virtual stages");
-  auto s = detail::lower(std::move(name), shape, compute_order);
+  auto s = detail::lower(std::move(name), shape, where, compute_order);
   validate(s);
   return s;
+}
+/// The same with the interleaved placement (virtual stage s on rank s mod p).
+[[nodiscard]] inline schedule place_transfers(std::string name, pipeline_shape const& shape,
+                                              std::vector<std::vector<action>> const& compute_order) {
+  shape.check("pipeline::place_transfers");
+  return place_transfers(std::move(name), shape, placement::interleaved(shape), compute_order);
 }
 
 struct gpipe {

@@ -41,7 +41,7 @@ namespace headroom::pipeline {
       std::string label = letter_of(list[i].kind) + std::to_string(list[i].microbatch);
       if (shape.chunks > 1) {
         label += '.';  // two appends: g++ 12 -O3 warns (-Wrestrict) on "." + std::string&&
-        label += std::to_string(shape.chunk_of(list[i].stage));
+        label += std::to_string(s.placement().chunk_of(list[i].stage));
       }
       width = std::max(width, label.size());
       cells[r][static_cast<std::size_t>(t)] = std::move(label);

@@ -17,6 +17,7 @@
 
 #include "headroom/core/error.hpp"
 #include "headroom/pipeline/action.hpp"
+#include "headroom/pipeline/placement.hpp"
 #include "headroom/pipeline/schedule.hpp"
 #include "headroom/pipeline/shape.hpp"
 
@@ -24,7 +25,9 @@ namespace headroom::pipeline::detail {
 
 [[nodiscard]] inline action compute(action_kind kind, int microbatch, int stage) { return {kind, microbatch, stage, -1}; }
 
-[[nodiscard]] inline schedule lower(std::string name, pipeline_shape const& shape,
+// An output whose consumer is on the producer's own rank (two stages of a V on one rank) is
+// handed over locally: it is ready for the consumer at once and gets no send/recv.
+[[nodiscard]] inline schedule lower(std::string name, pipeline_shape const& shape, placement const& where,
                                     std::vector<std::vector<action>> const& compute_order,
                                     step_kind kind = step_kind::training) {
   auto const p = static_cast<std::size_t>(shape.stages);
@@ -76,13 +79,20 @@ namespace headroom::pipeline::detail {
     for (auto const& [r, a] : outputs) {
       bool const fwd = a.kind == action_kind::forward;
       int const to_stage = fwd ? a.stage + 1 : a.stage - 1;
-      auto const q = static_cast<std::size_t>(shape.rank_of(to_stage));
+      auto const q = static_cast<std::size_t>(where.rank_of(to_stage));
+      (fwd ? input_here : grad_here)[idx(a.microbatch, to_stage)] = 1;
+      if (q == r) continue;  // local hand-off
       lists[r].push_back({fwd ? action_kind::send_forward : action_kind::send_backward, a.microbatch, a.stage, static_cast<int>(q)});
       lists[q].push_back({fwd ? action_kind::recv_forward : action_kind::recv_backward, a.microbatch, to_stage, static_cast<int>(r)});
-      (fwd ? input_here : grad_here)[idx(a.microbatch, to_stage)] = 1;
     }
   }
-  return schedule(std::move(name), shape, std::move(lists), kind);
+  return schedule(std::move(name), shape, where, std::move(lists), kind);
+}
+
+[[nodiscard]] inline schedule lower(std::string name, pipeline_shape const& shape,
+                                    std::vector<std::vector<action>> const& compute_order,
+                                    step_kind kind = step_kind::training) {
+  return lower(std::move(name), shape, placement::interleaved(shape), compute_order, kind);
 }
 
 }  // namespace headroom::pipeline::detail
