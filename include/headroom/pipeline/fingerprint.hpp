@@ -55,6 +55,9 @@ inline constexpr std::int64_t fingerprint_magic = 0x48525049;  // "HRPI": every 
       actions.add((static_cast<std::uint64_t>(a.kind) << 56) ^ (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a.peer)) << 24));
       actions.add((static_cast<std::uint64_t>(static_cast<std::uint32_t>(a.microbatch)) << 32) |
                   static_cast<std::uint32_t>(a.stage));
+      if (a.kind == action_kind::overlapped)  // only then: the hash of every other action is unchanged
+        actions.add((static_cast<std::uint64_t>(static_cast<std::uint32_t>(a.backward_microbatch)) << 32) |
+                    static_cast<std::uint32_t>(a.backward_stage));
       ++count;
     }
   }

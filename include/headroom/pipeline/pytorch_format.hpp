@@ -57,12 +57,15 @@ enum class content : std::uint8_t { compute_comms, compute_only };
     case action_kind::recv_forward: return "RECV_F";
     case action_kind::send_backward: return "SEND_B";
     case action_kind::recv_backward: return "RECV_B";
+    case action_kind::overlapped: return "OVERLAP_F_B";
   }
   return "?";
 }
 
-/// "2F3", "1SEND_B0": what PyTorch's _Action prints for the action.
+/// "2F3", "1SEND_B0", "(0F3;1B0)OVERLAP_F_B": what PyTorch's _Action prints for the action.
 [[nodiscard]] inline std::string to_string(action const& a) {
+  if (a.kind == action_kind::overlapped)
+    return "(" + to_string(forward_part(a)) + ";" + to_string(backward_part(a)) + ")" + std::string(type_code(a.kind));
   return std::to_string(a.stage) + std::string(type_code(a.kind)) + std::to_string(a.microbatch);
 }
 
@@ -91,9 +94,11 @@ enum class content : std::uint8_t { compute_comms, compute_only };
   return out;
 }
 
-/// A parsed cell: the actions it stands for (none for a bubble or a skipped action).
+/// A parsed cell: the actions it stands for (none for a bubble or a skipped action), and
+/// whether they were grouped as (a;b)OVERLAP_F_B.
 struct parsed_cell {
   std::vector<action> actions;
+  bool overlapped = false;
 };
 
 namespace detail {
@@ -185,6 +190,7 @@ inline void parse_single(std::string_view text, std::string_view where, std::vec
     std::string_view const type = detail::trim(t.substr(close + 1));
     expects(type == "OVERLAP_F_B", "pipeline::pytorch: ", where, ": '", text, "' groups actions under '", type,
             "'; expected (a;b)OVERLAP_F_B");
+    cell.overlapped = true;
     std::string_view subs = t.substr(1, close - 1);
     while (!subs.empty()) {
       auto const semi = subs.find(';');
@@ -206,8 +212,8 @@ inline void parse_single(std::string_view text, std::string_view where, std::vec
   int stages = 0, microbatches = 0;
   for (auto const& r : rows)
     for (auto const& a : r) {
-      stages = std::max(stages, a.stage + 1);
-      microbatches = std::max(microbatches, a.microbatch + 1);
+      stages = std::max({stages, a.stage + 1, a.backward_stage + 1});  // backward_*: −1 unless overlapped
+      microbatches = std::max({microbatches, a.microbatch + 1, a.backward_microbatch + 1});
     }
   expects(stages > 0, "pipeline::pytorch: the ", rows.size(), " rows hold no action; expected a schedule");
   int const p = static_cast<int>(rows.size());
@@ -225,7 +231,8 @@ namespace detail {
   auto const fits = [&](placement const& pl) {
     for (std::size_t r = 0; r < lists.size(); ++r)
       for (auto const& a : lists[r])
-        if (pl.rank_of(a.stage) != static_cast<int>(r)) return false;
+        if (pl.rank_of(a.stage) != static_cast<int>(r) || (a.backward_stage >= 0 && pl.rank_of(a.backward_stage) != static_cast<int>(r)))
+          return false;
     return true;
   };
   auto interleaved = placement::interleaved(sh);
@@ -249,6 +256,14 @@ namespace detail {
   for (std::size_t r = 0; r < rows.size(); ++r)
     for (std::size_t c = 0; c < rows[r].size(); ++c) {
       auto cell = parse_cell(rows[r][c], headroom::detail::concat("rank ", r, " column ", c));
+      // PyTorch's DualPipeV writes (forward;full backward): one overlapped action. Other
+      // groupings are read as their sub-actions in order.
+      if (cell.overlapped && cell.actions.size() == 2 && cell.actions[0].kind == action_kind::forward &&
+          cell.actions[1].kind == action_kind::backward) {
+        auto const& f = cell.actions[0];
+        auto const& b = cell.actions[1];
+        cell.actions = {overlap(f.microbatch, f.stage, b.microbatch, b.stage)};
+      }
       for (auto& a : cell.actions) {
         transfers = transfers || !is_compute(a.kind);
         gradients = gradients || (a.kind != action_kind::forward && a.kind != action_kind::send_forward &&
@@ -263,18 +278,21 @@ namespace detail {
           " rows for p = ", sh.stages, " ranks; expected one row per rank");
   for (std::size_t r = 0; r < lists.size(); ++r)
     for (auto& a : lists[r]) {
-      expects(a.stage < sh.virtual_stages(), "pipeline::pytorch: rank ", r, " action ", to_string(a), " names stage ",
-              a.stage, "; expected a stage below p·v = ", sh.virtual_stages());
-      expects(a.microbatch < sh.microbatches, "pipeline::pytorch: rank ", r, " action ", to_string(a),
-              " names micro-batch ", a.microbatch, "; expected one below m = ", sh.microbatches);
+      int const top_stage = std::max(a.stage, a.backward_stage);
+      int const top_microbatch = std::max(a.microbatch, a.backward_microbatch);
+      expects(top_stage < sh.virtual_stages(), "pipeline::pytorch: rank ", r, " action ", to_string(a), " names stage ",
+              top_stage, "; expected a stage below p·v = ", sh.virtual_stages());
+      expects(top_microbatch < sh.microbatches, "pipeline::pytorch: rank ", r, " action ", to_string(a),
+              " names micro-batch ", top_microbatch, "; expected one below m = ", sh.microbatches);
     }
   if (where) where->check(sh, "pipeline::pytorch::import_actions");
   placement const pl = where ? *where : detail::infer_placement(lists, sh).value_or(placement::interleaved(sh));
   for (std::size_t r = 0; r < lists.size(); ++r)
     for (auto& a : lists[r]) {
-      expects(pl.rank_of(a.stage) == static_cast<int>(r), "pipeline::pytorch: rank ", r, " action ", to_string(a),
-              " is on stage ", a.stage, ", which lives on rank ", pl.rank_of(a.stage), " under placement ", pl.name(),
-              "; expected stage s on rank s mod p or the V-shape (pass a placement for another map)");
+      for (int const st : {a.stage, a.backward_stage})
+        expects(st < 0 || pl.rank_of(st) == static_cast<int>(r), "pipeline::pytorch: rank ", r, " action ", to_string(a),
+                " is on stage ", st, ", which lives on rank ", pl.rank_of(st), " under placement ", pl.name(),
+                "; expected stage s on rank s mod p or the V-shape (pass a placement for another map)");
       if (!is_compute(a.kind)) {
         a.peer = headroom::pipeline::detail::expected_peer(sh, pl, a);
         expects(a.peer >= 0, "pipeline::pytorch: rank ", r, " action ", to_string(a), " transfers past stage ", a.stage,

@@ -68,8 +68,8 @@ inline void check_no_group(pipeline_shape const& shape, std::string_view name) {
 }
 }  // namespace detail
 
-/// A schedule from per-rank compute orders (forward, backward, backward_input, backward_weight
-/// only), virtual stages placed by `where`: the transfers are placed as the generators place
+/// A schedule from per-rank compute orders (forward, backward, backward_input, backward_weight,
+/// overlapped only), virtual stages placed by `where`: the transfers are placed as the generators place
 /// theirs (detail/lower.hpp), so the lists cannot deadlock under blocking send/recv, and two
 /// stages of one rank hand over locally. Throws invalid_argument for an action that is not a
 /// computation, out of range or on the wrong rank, for orders that wait on each other, and for
@@ -82,12 +82,18 @@ inline void check_no_group(pipeline_shape const& shape, std::string_view name) {
           compute_order.size(), " compute orders for p = ", shape.stages, ", expected one per rank");
   expects(shape.stages >= 2 || shape.chunks == 1, "pipeline::place_transfers: chunks (v) = ", shape.chunks,
           " with stages (p) = 1, expected v = 1");
+  auto const placed = [&](int microbatch, int stage, std::size_t r) {
+    return microbatch >= 0 && microbatch < shape.microbatches && stage >= 0 && stage < shape.virtual_stages() &&
+           where.rank_of(stage) == static_cast<int>(r);
+  };
   for (std::size_t r = 0; r < compute_order.size(); ++r)
-    for (action const& a : compute_order[r])
-      expects(is_compute(a.kind) && a.peer == -1 && a.microbatch >= 0 && a.microbatch < shape.microbatches &&
-                  a.stage >= 0 && a.stage < shape.virtual_stages() && where.rank_of(a.stage) == static_cast<int>(r),
+    for (action const& a : compute_order[r]) {
+      bool const ov = a.kind == action_kind::overlapped;
+      expects(is_compute(a.kind) && a.peer == -1 && placed(a.microbatch, a.stage, r) &&
+                  (ov ? placed(a.backward_microbatch, a.backward_stage, r) : a.backward_microbatch == -1 && a.backward_stage == -1),
               "pipeline::place_transfers: rank ", r, " has ", a, ", expected a computation (peer -1) of a micro-batch in [0, ",
               shape.microbatches, ") on one of this rank's virtual stages");
+    }
   auto s = detail::lower(std::move(name), shape, where, compute_order);
   validate(s);
   return s;

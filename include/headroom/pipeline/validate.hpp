@@ -66,6 +66,22 @@ namespace detail {
     if (where.rank_of(a.stage) != rank)
       return bad("virtual stage ", a.stage, " lives on rank ", where.rank_of(a.stage), ", not on this one");
     if (is_compute(a.kind) && a.peer != -1) return bad("a computation has peer ", a.peer, ", expected -1");
+    bool const ov = a.kind == action_kind::overlapped;
+    if (!ov && (a.backward_microbatch != -1 || a.backward_stage != -1))
+      return bad("backward_microbatch ", a.backward_microbatch, " and backward_stage ", a.backward_stage,
+                 ", expected -1 outside an overlapped action");
+    if (ov) {
+      if (a.backward_microbatch < 0 || a.backward_microbatch >= shape.microbatches)
+        return bad("backward micro-batch ", a.backward_microbatch, " out of range [0, ", shape.microbatches, ")");
+      if (a.backward_stage < 0 || a.backward_stage >= vs)
+        return bad("backward virtual stage ", a.backward_stage, " out of range [0, ", vs, ")");
+      if (where.rank_of(a.backward_stage) != rank)
+        return bad("backward virtual stage ", a.backward_stage, " lives on rank ", where.rank_of(a.backward_stage),
+                   ", not on this one");
+      if (a.backward_microbatch == a.microbatch && a.backward_stage == a.stage)
+        return bad("overlaps the backward of micro-batch ", a.microbatch, " stage ", a.stage,
+                   " with its own forward, expected the forward and the backward of two different pairs");
+    }
     if (!is_compute(a.kind)) {
       int const want = expected_peer(shape, where, a);
       if (want < 0) return bad("stage ", a.stage, " has no neighbour in that direction");
@@ -76,10 +92,14 @@ namespace detail {
                    where.name());
       if (a.peer != want) return bad("peer ", a.peer, ", expected rank ", want);
     }
-    auto& mark = at[static_cast<std::size_t>(a.microbatch) * static_cast<std::size_t>(vs) + static_cast<std::size_t>(a.stage)]
-                   [static_cast<std::size_t>(a.kind)];
-    if (mark >= 0) return bad("repeats action ", mark, "; each action runs once per micro-batch and stage");
-    mark = static_cast<long>(i);
+    // An overlapped action counts as its forward and its backward, both at index i.
+    for (action const& part : ov ? std::array{forward_part(a), backward_part(a)} : std::array{a, a}) {
+      auto& mark = at[static_cast<std::size_t>(part.microbatch) * static_cast<std::size_t>(vs) + static_cast<std::size_t>(part.stage)]
+                     [static_cast<std::size_t>(part.kind)];
+      if (mark >= 0 && mark != static_cast<long>(i))
+        return bad("repeats action ", mark, "; each action runs once per micro-batch and stage");
+      mark = static_cast<long>(i);
+    }
   }
 
   for (int k = 0; k < shape.microbatches; ++k) {

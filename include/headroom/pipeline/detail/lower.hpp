@@ -1,6 +1,6 @@
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
-// Turns per-rank compute orders (F, B, I, W only) into full action lists with their transfers.
+// Turns per-rank compute orders (F, B, I, W and overlapped F+B only) into full action lists with their transfers.
 //
 // The ranks are played against each other in ticks: every rank whose next computation has its
 // inputs runs it; then each output made in that tick is handed over at once (send on the
@@ -38,7 +38,7 @@ namespace headroom::pipeline::detail {
   std::vector<std::size_t> next(p, 0);
   std::vector<std::vector<action>> lists(p);
 
-  auto const ready = [&](action const& a) {
+  auto const ready_one = [&](action const& a) {
     auto const i = idx(a.microbatch, a.stage);
     switch (a.kind) {
       case action_kind::forward: return a.stage == 0 || input_here[i] != 0;
@@ -47,6 +47,9 @@ namespace headroom::pipeline::detail {
       case action_kind::backward_weight: return input_grad_done[i] != 0;
       default: return false;
     }
+  };
+  auto const ready = [&](action const& a) {
+    return a.kind == action_kind::overlapped ? ready_one(forward_part(a)) && ready_one(backward_part(a)) : ready_one(a);
   };
 
   for (;;) {
@@ -69,12 +72,20 @@ namespace headroom::pipeline::detail {
     for (std::size_t const r : runners) {
       action const a = compute_order[r][next[r]++];
       lists[r].push_back(a);
-      auto const i = idx(a.microbatch, a.stage);
-      if (a.kind == action_kind::forward) forward_done[i] = 1;
-      if (a.kind == action_kind::backward || a.kind == action_kind::backward_input) input_grad_done[i] = 1;
-      bool const sends_forward = a.kind == action_kind::forward && !shape.is_last(a.stage);
-      bool const sends_backward = (a.kind == action_kind::backward || a.kind == action_kind::backward_input) && a.stage > 0;
-      if (sends_forward || sends_backward) outputs.emplace_back(r, a);
+      auto const done = [&](action const& c) {
+        auto const i = idx(c.microbatch, c.stage);
+        if (c.kind == action_kind::forward) forward_done[i] = 1;
+        if (c.kind == action_kind::backward || c.kind == action_kind::backward_input) input_grad_done[i] = 1;
+        bool const sends_forward = c.kind == action_kind::forward && !shape.is_last(c.stage);
+        bool const sends_backward = (c.kind == action_kind::backward || c.kind == action_kind::backward_input) && c.stage > 0;
+        if (sends_forward || sends_backward) outputs.emplace_back(r, c);
+      };
+      if (a.kind == action_kind::overlapped) {
+        done(forward_part(a));
+        done(backward_part(a));
+      } else {
+        done(a);
+      }
     }
     for (auto const& [r, a] : outputs) {
       bool const fwd = a.kind == action_kind::forward;
