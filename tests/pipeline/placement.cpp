@@ -288,6 +288,31 @@ TEST_CASE("dualpipe_v: every rank's order is PyTorch's ScheduleDualPipeV order, 
                  "pipeline::zbv: group (g) = 4, expected 0"));
 }
 
+// Chunk forwards whose input gradient has not run yet, at most, on rank r (an overlapped action's
+// forward counts before its backward's release).
+int in_flight(hp::schedule const& s, int r) {
+  int live = 0, peak = 0;
+  for (auto const& a : s.actions(r)) {
+    if (a.kind == action_kind::forward || a.kind == action_kind::overlapped) peak = std::max(peak, ++live);
+    if (a.kind == action_kind::backward || a.kind == action_kind::backward_input || a.kind == action_kind::overlapped) --live;
+  }
+  return peak;
+}
+
+TEST_CASE("V schedules hold 2p chunk forwards on every rank (2p + 1 with DualPipeV's overlap)") {
+  for (int p : {2, 3, 4, 8})
+    for (int m : {2 * p, 3 * p + 1, 4 * p}) {
+      CAPTURE(p);
+      CAPTURE(m);
+      auto const z = hp::make_schedule<hp::zbv>({.stages = p, .microbatches = m, .chunks = 2});
+      auto const d = hp::make_schedule<hp::dualpipe_v>({.stages = p, .microbatches = m, .chunks = 2});
+      for (int r = 0; r < p; ++r) {
+        CHECK(in_flight(z, r) == 2 * p);
+        CHECK(in_flight(d, r) == 2 * p + 1);
+      }
+    }
+}
+
 TEST_CASE("validate: local hand-offs and overlapped actions") {
   hp::pipeline_shape const shape{.stages = 2, .microbatches = 1, .chunks = 2};
   auto const v = hp::placement::v_shape(2, 2);  // rank 0: stages 0, 3; rank 1: stages 1, 2
