@@ -34,7 +34,7 @@ struct run_output {
   std::map<int, std::vector<int>> weight_grad_order;  // rank -> stage*1000+k as taken
 };
 
-template <class G>
+template <class G, class O = hp::outputs::freed_when_sent>
 run_output run_pipeline(hp::pipeline_shape const& shape, toy::dims d) {
   auto const sched = hp::make_schedule<G>(shape);
   auto const bytes = hp::model_bytes::uniform(shape, toy::stage_cost(d));
@@ -48,7 +48,7 @@ run_output run_pipeline(hp::pipeline_shape const& shape, toy::dims d) {
       int const s = sched.placement().virtual_stage(comm.rank(), c);
       stage.chunks.emplace(s, toy::make_params(d, s));
     }
-    auto result = exec.step(stage, hp::retention::reduced{});
+    auto result = exec.step(stage, hp::retention::reduced{}, O{});
     CHECK(exec.statistics().bytes().value == 0);  // nothing held after the step
     std::lock_guard lock(mutex);
     for (auto& [s, p] : stage.chunks) out.params[s] = p;
@@ -61,11 +61,11 @@ run_output run_pipeline(hp::pipeline_shape const& shape, toy::dims d) {
   return out;
 }
 
-template <class G>
+template <class G, class O = hp::outputs::freed_when_sent>
 void check_against_reference(hp::pipeline_shape const& shape) {
   CAPTURE(shape);
   toy::dims const d{.width = 6, .rows = 3};
-  auto const got = run_pipeline<G>(shape, d);
+  auto const got = run_pipeline<G, O>(shape, d);
   // The reference adds each stage's weight gradients in the schedule's order (micro-batch
   // order, except GPipe with v > 1, which runs backwards from the last one), and the stages
   // took them in that order.
@@ -117,6 +117,9 @@ TEST_CASE("V-shape schedules: gradients and losses bit-equal to a single-rank ru
     for (int m : {1, 2, 5, 8}) check_against_reference<hp::zbv>({.stages = p, .microbatches = m, .chunks = 2});
   for (int p : {2, 3, 4})
     for (int m : {2 * p, 2 * p + 3}) check_against_reference<hp::dualpipe_v>({.stages = p, .microbatches = m, .chunks = 2});
+  // PyTorch's output lifetime: the next chunk on the same rank reads the kept output in place
+  check_against_reference<hp::zbv, hp::outputs::kept_until_backward>({.stages = 3, .microbatches = 5, .chunks = 2});
+  check_against_reference<hp::dualpipe_v, hp::outputs::kept_until_backward>({.stages = 2, .microbatches = 5, .chunks = 2});
 }
 
 namespace {

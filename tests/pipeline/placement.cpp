@@ -212,6 +212,8 @@ TEST_CASE("placement::from_table: a user's map, validated; the standard maps are
   CHECK(contains(error_of([] { (void)hp::placement::from_table({}); }), "0 ranks"));
   CHECK(contains(error_of([] { (void)hp::placement::from_table({{}, {}}); }), "rank 0 holds 0 chunks"));
   CHECK(contains(error_of([] { (void)hp::placement::v_shape(0, 2); }), "pipeline::placement::v_shape: stages (p) = 0"));
+  CHECK(contains(error_of([] { (void)hp::place_transfers("x", {.stages = 2, .microbatches = 1, .chunks = 2}, hp::placement::interleaved(2, 1), {{}, {}}); }),
+                 "pipeline::place_transfers: placement interleaved is for p = 2, v = 1, expected the shape's p = 2, v = 2"));
   // a schedule refuses a placement of another size
   CHECK(contains(error_of([] { (void)hp::schedule("x", {.stages = 2, .microbatches = 1, .chunks = 2}, hp::placement::v_shape(2, 1), {{}, {}}); }),
                  "pipeline::schedule 'x': placement v_shape is for p = 2, v = 1, expected the shape's p = 2, v = 2"));

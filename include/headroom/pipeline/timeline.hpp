@@ -7,7 +7,8 @@
 //   rank 1 | .  F0 F1 F2 B0 F3 B1 ...
 //
 // A cell is the computation's letter (F, B, I = input half of a split backward, W = weight
-// half) and micro-batch, with ".c" for chunk c when ranks hold several chunks; "." is idle.
+// half) and micro-batch, with ".c" for chunk c when ranks hold several chunks; "." is idle. An
+// overlapped action is one tick, both halves in one cell: "F5.0+B1.1".
 #include <algorithm>
 #include <cstddef>
 #include <sstream>

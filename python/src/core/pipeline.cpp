@@ -300,7 +300,7 @@ void bind_pipeline(nb::module_& m) {
           "__init__",
           [](schedule* self, std::string name, pipeline_shape const& shape,
              nb::typed<nb::handle, std::vector<std::vector<action>>> ranks, bool forward_only,
-             nb::typed<nb::handle, std::optional<placement>> where) {
+             nb::typed<nb::handle, placement> where) {
             auto const kind = forward_only ? step_kind::evaluation : step_kind::training;
             auto const pl = optional_placement(where);
             if (pl) new (self) schedule(std::move(name), shape, *pl, rank_lists(ranks, "ranks"), kind);
@@ -339,7 +339,7 @@ void bind_pipeline(nb::module_& m) {
   sub.def(
       "place_transfers",
       [](std::string name, pipeline_shape const& shape,
-         nb::typed<nb::handle, std::vector<std::vector<action>>> orders, nb::typed<nb::handle, std::optional<placement>> where) {
+         nb::typed<nb::handle, std::vector<std::vector<action>>> orders, nb::typed<nb::handle, placement> where) {
         auto const pl = optional_placement(where);
         return place_transfers(std::move(name), shape, pl ? *pl : placement::interleaved(shape),
                                rank_lists(orders, "compute orders"));
@@ -435,14 +435,14 @@ void bind_pipeline(nb::module_& m) {
   pt.def(
       "import_actions",
       [](nb::handle rows, std::string name, nb::typed<nb::handle, pipeline_shape> shape,
-         nb::typed<nb::handle, std::optional<placement>> where) {
+         nb::typed<nb::handle, placement> where) {
         return pytorch::import_actions(string_rows(rows), std::move(name), optional_shape(shape), optional_placement(where));
       },
       nb::arg("rows"), nb::arg("name") = "pytorch", nb::arg("shape") = nb::none(), nb::arg("placement") = nb::none());
   pt.def(
       "from_csv",
       [](std::string const& text, std::string name, nb::typed<nb::handle, pipeline_shape> shape,
-         nb::typed<nb::handle, std::optional<placement>> where) {
+         nb::typed<nb::handle, placement> where) {
         return pytorch::from_csv(text, std::move(name), optional_shape(shape), optional_placement(where));
       },
       nb::arg("text"), nb::arg("name") = "pytorch", nb::arg("shape") = nb::none(), nb::arg("placement") = nb::none());
