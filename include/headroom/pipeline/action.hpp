@@ -3,9 +3,10 @@
 // One step of a pipeline schedule on one rank: a computation (forward, backward, or the two
 // halves of a split backward) or a point-to-point transfer of an activation or a gradient.
 //
-// Stages are *virtual* stages s = 0 .. p·v − 1 (p ranks, v model chunks per rank); virtual stage
-// s lives on rank s mod p as its chunk s / p, the placement of Megatron's interleaved schedule.
-// With v = 1 the virtual stage is the rank. A transfer names the virtual stage whose data it
+// Stages are *virtual* stages s = 0 .. p·v − 1 (p ranks, v model chunks per rank); the schedule's
+// placement (placement.hpp) says which rank holds s as which chunk: by default rank s mod p as
+// chunk s / p, the placement of Megatron's interleaved schedule. With v = 1 the virtual stage is
+// the rank. A transfer names the virtual stage whose data it
 // moves, on the side that executes it:
 //
 //   send_forward(k, s)   output of forward(k, s) to the rank of s + 1

@@ -22,6 +22,9 @@
 //                     backward split into I and W, W deferred by r on rank r; zb_h1 when v = 1.
 //   forward_only      evaluation: forwards only, in the interleaved forward order.
 //
+// All of them place virtual stages as placement::interleaved; the generators on the V
+// (zbv, dualpipe_v) are in v_schedules.hpp.
+//
 // g (shape.group) shapes interleaved_1f1b and forward_only; the others refuse a g other than 0.
 //
 // Every generator checks its shape and throws invalid_argument naming the value and the rule,
