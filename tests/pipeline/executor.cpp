@@ -13,6 +13,7 @@
 #include "headroom/host/thread_group.hpp"
 #include "headroom/lifetime/host.hpp"
 #include "headroom/pipeline.hpp"
+#include "custom_placement.hpp"
 #include "toy_model.hpp"
 
 namespace hp = headroom::pipeline;
@@ -112,11 +113,15 @@ TEST_CASE("gradients and losses bit-equal to a single-rank run, every schedule")
       for (int m : {p, 2 * p, 3}) check_against_reference<hp::interleaved_zb>({.stages = p, .microbatches = m, .chunks = v});
 }
 
-TEST_CASE("V-shape schedules: gradients and losses bit-equal to a single-rank run (local hand-offs, overlapped F+B)") {
+TEST_CASE("V-shape and user placements: gradients and losses bit-equal to a single-rank run (local hand-offs, overlapped F+B)") {
   for (int p : {2, 3, 4})
     for (int m : {1, 2, 5, 8}) check_against_reference<hp::zbv>({.stages = p, .microbatches = m, .chunks = 2});
   for (int p : {2, 3, 4})
     for (int m : {2 * p, 2 * p + 3}) check_against_reference<hp::dualpipe_v>({.stages = p, .microbatches = m, .chunks = 2});
+  // a user's placement: blocks of consecutive stages per rank, hand-offs inside a block local
+  for (int p : {2, 3})
+    for (int v : {2, 3}) check_against_reference<test_placement::block_gpipe>({.stages = p, .microbatches = 4, .chunks = v});
+  check_against_reference<test_placement::block_gpipe, hp::outputs::kept_until_backward>({.stages = 2, .microbatches = 3, .chunks = 3});
   // PyTorch's output lifetime: the next chunk on the same rank reads the kept output in place
   check_against_reference<hp::zbv, hp::outputs::kept_until_backward>({.stages = 3, .microbatches = 5, .chunks = 2});
   check_against_reference<hp::dualpipe_v, hp::outputs::kept_until_backward>({.stages = 2, .microbatches = 5, .chunks = 2});

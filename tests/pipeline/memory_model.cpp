@@ -17,6 +17,7 @@
 #include "headroom/host/aligned_resource.hpp"
 #include "headroom/host/thread_group.hpp"
 #include "headroom/pipeline.hpp"
+#include "custom_placement.hpp"
 
 namespace hp = headroom::pipeline;
 using headroom::host::aligned_resource;
@@ -180,6 +181,7 @@ TEST_CASE("model == measured: interleaved_zb") { check_grid<hp::interleaved_zb>(
 // F+B actions that allocate for both halves before releasing either).
 TEST_CASE("model == measured: zbv") { check_grid<hp::zbv>({2}); }
 TEST_CASE("model == measured: dualpipe_v") { check_grid<hp::dualpipe_v>({2}); }
+TEST_CASE("model == measured: a user's placement (blocks of stages per rank)") { check_grid<test_placement::block_gpipe>({1, 2, 4}); }
 
 TEST_CASE("the model on 1F1B, p = 2, m = 2, by hand") {
   // activations 100, hidden output 10, logits 1000 on the last stage, parameters 7 and 9.
