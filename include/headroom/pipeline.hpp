@@ -9,6 +9,7 @@
 #include "headroom/pipeline/fingerprint.hpp"
 #include "headroom/pipeline/memory_model.hpp"
 #include "headroom/pipeline/output_lifetime.hpp"
+#include "headroom/pipeline/placement.hpp"
 #include "headroom/pipeline/pytorch_format.hpp"
 #include "headroom/pipeline/retention.hpp"
 #include "headroom/pipeline/schedule.hpp"
@@ -18,4 +19,5 @@
 #include "headroom/pipeline/stage_bytes.hpp"
 #include "headroom/pipeline/timeline.hpp"
 #include "headroom/pipeline/transport.hpp"
+#include "headroom/pipeline/v_schedules.hpp"
 #include "headroom/pipeline/validate.hpp"

@@ -1,7 +1,9 @@
 """headroom.pipeline: pipeline-parallel schedules, their validator and memory model.
 
 Schedule generators (gpipe, one_f_one_b, interleaved_1f1b, zb_h1, interleaved_zb, and
-forward_only for evaluation steps), hand-written schedules (``place_transfers`` adds the sends
+forward_only for evaluation steps; zbv and dualpipe_v on the V placement, where rank r holds
+virtual stages r and 2p - 1 - r), where the virtual stages live (``Placement``: interleaved, the
+V, or a user's table), hand-written schedules (``place_transfers`` adds the sends
 and receives), the validator, text timelines, the memory model (each rank's peak for one step
 under output retention "all", "reduced" or "none", with outputs freed when sent as Megatron does
 or kept until their backward as PyTorch's PipelineStage does, and sizes per virtual stage or per
@@ -26,6 +28,7 @@ from typing import Any, Iterable, Optional, Sequence
 from ._core.pipeline import (
     Action,
     MemoryPlan,
+    Placement,
     RankMemory,
     Schedule,
     Shape,
@@ -44,7 +47,7 @@ from ._core.pipeline import (
 )
 
 __all__ = [
-    "Action", "MemoryPlan", "RankMemory", "Schedule", "Shape", "StageBytes", "schedule",
+    "Action", "MemoryPlan", "Placement", "RankMemory", "Schedule", "Shape", "StageBytes", "schedule",
     "make_schedule", "schedule_kinds", "place_transfers", "find_problem", "validate", "timeline",
     "ticks", "predict_memory", "peaks", "to_pytorch", "from_pytorch", "to_csv", "from_csv",
     "RETENTIONS", "output_lifetimes", "fingerprint",
@@ -69,17 +72,20 @@ def to_pytorch(s: Schedule, compute_only: bool = False) -> list:
     return pytorch.export_actions(s, compute_only)
 
 
-def from_pytorch(rows: Iterable[Sequence[Any]], name: str = "pytorch", shape: Optional[Shape] = None) -> Schedule:
+def from_pytorch(rows: Iterable[Sequence[Any]], name: str = "pytorch", shape: Optional[Shape] = None,
+                 placement: Optional[Placement] = None) -> Schedule:
     """A validated schedule from rows of PyTorch actions (strings, _Action objects or None).
 
     Compute-only rows get their transfers placed; rows with transfers are taken as they are.
     Rows with no gradient action (no B, I, W, SEND_B, RECV_B) are a forward-only schedule.
     The shape is inferred (p = rows, v from the highest stage, m from the highest micro-batch)
-    unless given.
+    unless given; the placement is interleaved when every action fits it, else the V when every
+    action fits that, else ``placement`` (a user's map is never guessed from the rows).
+    ``(aF;bB)OVERLAP_F_B`` cells (DualPipeV) import as one overlapped action.
     """
     if isinstance(rows, (str, bytes)):
         raise TypeError(f"rows = {rows!r}; expected one list of action strings per rank (from_csv reads text)")
-    return pytorch.import_actions([list(r) for r in rows], name, shape)
+    return pytorch.import_actions([list(r) for r in rows], name, shape, placement)
 
 
 def to_csv(s: Schedule, compute_only: bool = False) -> str:
@@ -87,6 +93,7 @@ def to_csv(s: Schedule, compute_only: bool = False) -> str:
     return pytorch.to_csv(s, compute_only)
 
 
-def from_csv(text: str, name: str = "pytorch", shape: Optional[Shape] = None) -> Schedule:
+def from_csv(text: str, name: str = "pytorch", shape: Optional[Shape] = None,
+             placement: Optional[Placement] = None) -> Schedule:
     """``from_pytorch`` on the text of such a CSV file."""
-    return pytorch.from_csv(text, name, shape)
+    return pytorch.from_csv(text, name, shape, placement)

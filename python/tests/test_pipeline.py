@@ -32,7 +32,7 @@ def test_generators_and_schedule_data():
     assert pipeline.timeline(s).splitlines()[0].startswith("rank 0 | F0")
     assert pipeline.ticks(pipeline.schedule("gpipe", 2, 2)) == 6
     assert set(pipeline.schedule_kinds) == {"gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1", "interleaved_zb",
-                                            "forward_only"}
+                                            "forward_only", "zbv", "dualpipe_v"}
     assert not s.forward_only
 
 
@@ -136,13 +136,13 @@ def test_fingerprint_tells_schedules_and_sizes_apart():
     s = pipeline.schedule("one_f_one_b", 2, 4)
     each = pipeline.StageBytes(activations=100, output=10)
     words = pipeline.fingerprint(s, each)
-    assert len(words) == 8 and words == pipeline.fingerprint(s, [each, each])
+    assert len(words) == 9 and words == pipeline.fingerprint(s, [each, each])
     renamed = pipeline.Schedule("other name", s.shape, s.ranks)
     assert pipeline.fingerprint(renamed, each) == words  # names do not count
     gp = pipeline.schedule("gpipe", 2, 4)  # same shape, another order
-    assert [a != b for a, b in zip(pipeline.fingerprint(gp, each), words)] == [False] * 6 + [True, False]
+    assert [a != b for a, b in zip(pipeline.fingerprint(gp, each), words)] == [False] * 6 + [True, False, False]
     bigger = pipeline.StageBytes(activations=100, output=11)
-    assert [a != b for a, b in zip(pipeline.fingerprint(s, bigger), words)] == [False] * 7 + [True]
+    assert [a != b for a, b in zip(pipeline.fingerprint(s, bigger), words)] == [False] * 7 + [True, False]
     assert pipeline.fingerprint(s, [[each] * 2] * 4) != words  # per micro-batch sizes hash their count
     assert pipeline.fingerprint(pipeline.schedule("one_f_one_b", 2, 2), each)[2:4] == [2, 2]
 
@@ -221,3 +221,74 @@ def test_shape_parse_cell_and_memory_plan_accessors():
     assert pipeline.pytorch.parse_cell("3WAIT_SEND_F1") == [] and pipeline.pytorch.parse_cell("") == []
     m = pipeline.predict_memory(pipeline.schedule("gpipe", 2, 2), pipeline.StageBytes(activations=8, output=2), "none")
     assert m.shape == pipeline.Shape(2, 2) and m.ranks[0].peak_action >= 0 and m.ranks[0].rank == 0
+
+
+def test_placement_interleaved_v_shape_and_tables():
+    v = pipeline.Placement.v_shape(4)
+    assert v.kind == "v_shape" and (v.ranks, v.chunks) == (4, 2)
+    assert [v.virtual_stage(r, 1) for r in range(4)] == [7, 6, 5, 4] and v.rank_of(7) == 0 and v.chunk_of(4) == 1
+    assert pipeline.Placement.from_table([[0, 3], [1, 2]]) == pipeline.Placement.v_shape(2)
+    custom = pipeline.Placement.from_table([[0, 1], [2, 3]])
+    assert custom.kind == "custom" and repr(custom) == "Placement(custom [[0, 1], [2, 3]])"
+    with pytest.raises(headroom.invalid_argument, match="virtual stage 1 is on rank 0 chunk 1 and again on rank 1"):
+        pipeline.Placement.from_table([[0, 1], [1, 2]])
+    with pytest.raises(headroom.invalid_argument, match="rank 1 holds 1 chunks, expected every rank to hold v = 2"):
+        pipeline.Placement.from_table([[0, 1], [2]])
+    with pytest.raises(headroom.invalid_argument, match="virtual stage 9 out of range"):
+        v.rank_of(9)
+    with pytest.raises(TypeError, match="expected one list of virtual stages per rank"):
+        pipeline.Placement.from_table("01")
+    # every generator but the V ones keeps the interleaved placement
+    assert pipeline.schedule("interleaved_1f1b", 2, 4, chunks=2).placement == pipeline.Placement.interleaved(2, 2)
+
+
+def test_v_schedules_local_hand_offs_and_overlapped_actions():
+    z = pipeline.schedule("zbv", 3, 6, chunks=2)
+    assert z.placement.kind == "v_shape" and z.splits_backward()
+    assert {a.stage for a in z.actions(0)} == {0, 5}
+    # the turn of the V (stages 2 and 3 on rank 2) moves nothing over the network
+    assert not [a for a in z.actions(2) if a.kind == "send_forward" and a.stage == 2]
+    d = pipeline.schedule("dualpipe_v", 2, 4, chunks=2)
+    ov = [a for a in d.actions(0) if a.kind == "overlapped"]
+    assert ov and all(a.backward_stage in (0, 3) and a.backward_microbatch >= 0 for a in ov)
+    assert pipeline.from_pytorch(pipeline.to_pytorch(d, compute_only=True), name=d.name) == d
+    assert any("OVERLAP_F_B" in cell for cell in pipeline.to_pytorch(d, compute_only=True)[0])
+    bytes_ = pipeline.StageBytes(activations=100, output=10)
+    assert all(r.held_at_end == 0 for r in pipeline.predict_memory(d, bytes_, "none").ranks)
+    with pytest.raises(headroom.invalid_argument, match="expected m >= 2p"):
+        pipeline.schedule("dualpipe_v", 4, 7, chunks=2)
+    # a hand-written order on a user's placement: stages 0, 1 on rank 0 and 2, 3 on rank 1
+    table = pipeline.Placement.from_table([[0, 1], [2, 3]])
+    A = pipeline.Action
+    order = [[A("forward", 0, 0), A("forward", 0, 1), A("backward", 0, 1), A("backward", 0, 0)],
+             [A("forward", 0, 2), A("forward", 0, 3), A("backward", 0, 3), A("backward", 0, 2)]]
+    s = pipeline.place_transfers("t", pipeline.Shape(2, 1, chunks=2), order, placement=table)
+    assert s.placement == table and len(s.actions(0)) == 6
+    assert pipeline.from_csv(pipeline.to_csv(s), "t", placement=table) == s
+    with pytest.raises(headroom.invalid_argument, match="under placement interleaved"):
+        pipeline.from_csv(pipeline.to_csv(s), "t")
+    over = A("overlapped", 1, 0, backward_microbatch=0, backward_stage=1)
+    assert str(over) == "F1@s0+B0@s1" and over.pytorch() == "(0F1;1B0)OVERLAP_F_B"
+    # ranks holding the same lists under another placement disagree
+    other = pipeline.place_transfers("t", pipeline.Shape(2, 1, chunks=2), order,
+                                     placement=pipeline.Placement.from_table([[1, 0], [3, 2]]))
+    assert other.ranks == s.ranks and pipeline.fingerprint(other, bytes_) != pipeline.fingerprint(s, bytes_)
+
+
+@pytest.mark.parametrize("kind, cls_name", [("zbv", "ScheduleZBVZeroBubble"), ("dualpipe_v", "ScheduleDualPipeV")])
+def test_v_orders_equal_torchs_own(kind, cls_name):
+    schedules = pytest.importorskip("torch.distributed.pipelining.schedules",
+                                    reason="torch (with torch.distributed.pipelining) is not installed")
+    cls = getattr(schedules, cls_name, None)
+    if cls is None or not hasattr(cls, "_calculate_single_rank_operations"):
+        pytest.skip(f"this torch has no {cls_name}._calculate_single_rank_operations")
+    for p in (2, 3, 4):
+        for m in ((2 * p, 2 * p + 3) if kind == "dualpipe_v" else (1, p, 2 * p, 3 * p + 1)):
+            # the order alone, without process groups or stages: the attributes the method reads
+            obj = cls.__new__(cls)
+            obj.pp_group_size, obj.num_stages, obj._num_stages = p, 2 * p, 2 * p
+            obj._n_microbatches, obj.n_local_stages = m, 2
+            ours = pipeline.to_pytorch(pipeline.schedule(kind, p, m, chunks=2), compute_only=True)
+            for r in range(p):
+                theirs = [str(a) for a in obj._calculate_single_rank_operations(r) if a is not None]
+                assert ours[r] == theirs, (p, m, r)

@@ -19,6 +19,7 @@ def test_the_extension_is_the_module_and_stubs_sit_beside_it():
     ("pool/models.pyi", ["def make_workload("]),
     ("cp.pyi", ["class Partition:", "def shifted_labels("]),
     ("pipeline/__init__.pyi", ["class Schedule:", "def predict_memory(", "def fingerprint(", "forward_only: bool",
+                               "class Placement:", "placement: Placement | None = None", "backward_stage: int = -1",
                                "stage_bytes: StageBytes | Sequence[StageBytes] | Sequence[Sequence[StageBytes]]"]),
     ("pipeline/pytorch.pyi", ["def import_actions(", "def to_csv("]),
     ("stats/__init__.pyi", ["class Report:", "def max_of("]),

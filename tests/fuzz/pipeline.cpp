@@ -3,7 +3,8 @@
 //   - a shape with a non-positive p, m or v, or a negative group, is an invalid_argument;
 //   - every schedule a generator makes passes validate(), and an independent count agrees:
 //     each (micro-batch, virtual stage) runs forward once and backward once (or backward_input
-//     and backward_weight once each), on the rank that owns the stage;
+//     and backward_weight once each; an overlapped action counts as a forward and a backward),
+//     on the rank that owns the stage under the schedule's placement (the V for zbv, dualpipe_v);
 //   - a mutated schedule (an action dropped, two swapped, a micro-batch or peer changed) or a
 //     schedule of arbitrary actions: validate() throws invalid_argument exactly when
 //     find_problem() reports something, and dropping a computation is always reported.
@@ -49,11 +50,19 @@ std::optional<pp::schedule> generate(pp::pipeline_shape const& shape) {
 void count_compute(pp::schedule const& s) {
   auto const& shape = s.shape();
   std::map<std::pair<int, int>, std::array<int, 4>> seen;  // F, B, I, W
+  auto const count = [&](pp::action const& a, int r) {
+    FUZZ_CHECK(s.placement().rank_of(a.stage) == r && a.microbatch >= 0 && a.microbatch < shape.microbatches);
+    ++seen[{a.microbatch, a.stage}][static_cast<std::size_t>(a.kind)];
+  };
   for (int r = 0; r < shape.stages; ++r)
     for (auto const& a : s.actions(r)) {
       if (!pp::is_compute(a.kind)) continue;
-      FUZZ_CHECK(shape.rank_of(a.stage) == r && a.microbatch >= 0 && a.microbatch < shape.microbatches);
-      ++seen[{a.microbatch, a.stage}][static_cast<std::size_t>(a.kind)];
+      if (a.kind == pp::action_kind::overlapped) {
+        count(pp::forward_part(a), r);
+        count(pp::backward_part(a), r);
+      } else {
+        count(a, r);
+      }
     }
   FUZZ_CHECK(seen.size() == static_cast<std::size_t>(shape.microbatches) * static_cast<std::size_t>(shape.virtual_stages()));
   for (auto const& [key, c] : seen) {
@@ -71,10 +80,14 @@ void check_verdicts(pp::schedule const& s) {
 
 pp::action draw_action(fuzz::input& in, pp::pipeline_shape const& shape) {
   pp::action a;
-  a.kind = static_cast<pp::action_kind>(in.in<int>(0, 7));
+  a.kind = static_cast<pp::action_kind>(in.in<int>(0, 8));
   a.microbatch = in.in<int>(-1, shape.microbatches);
   a.stage = in.in<int>(-1, shape.virtual_stages());
   a.peer = pp::is_compute(a.kind) ? -1 : in.in<int>(-1, shape.stages);
+  if (a.kind == pp::action_kind::overlapped || in.in<int>(0, 15) == 0) {  // now and then on another kind too
+    a.backward_microbatch = in.in<int>(-1, shape.microbatches);
+    a.backward_stage = in.in<int>(-1, shape.virtual_stages());
+  }
   return a;
 }
 
@@ -95,7 +108,7 @@ void mutate_and_check(pp::schedule const& s, fuzz::input& in) {
     case 3: list[i].peer = in.in<int>(-2, s.shape().stages); break;
     default: list.insert(list.begin() + static_cast<std::ptrdiff_t>(i), draw_action(in, s.shape())); break;
   }
-  pp::schedule const m(s.name() + "-mutated", s.shape(), std::move(ranks));
+  pp::schedule const m(s.name() + "-mutated", s.shape(), s.placement(), std::move(ranks));
   check_verdicts(m);
   if (dropped_compute) FUZZ_CHECK(!pp::find_problem(m).empty());
 }
@@ -125,16 +138,19 @@ extern "C" int LLVMFuzzerTestOneInput(std::uint8_t const* data, std::size_t size
   if (shape.stages > 64 || shape.chunks > 16 || shape.microbatches > 256 ||
       static_cast<std::int64_t>(shape.stages) * shape.chunks * shape.microbatches > 4096)
     return 0;
-  switch (in.in<int>(0, 4)) {
+  switch (in.in<int>(0, 6)) {
     case 0: run<pp::gpipe>(shape, in); break;
     case 1: run<pp::one_f_one_b>(shape, in); break;
     case 2: run<pp::interleaved_1f1b>(shape, in); break;
     case 3: run<pp::zb_h1>(shape, in); break;
-    default: {  // arbitrary actions
+    case 4: run<pp::zbv>(shape, in); break;
+    case 5: run<pp::dualpipe_v>(shape, in); break;
+    default: {  // arbitrary actions, placed interleaved or as the V
       std::vector<std::vector<pp::action>> ranks(static_cast<std::size_t>(shape.stages));
       for (auto& list : ranks)
         for (int k = in.in<int>(0, 12); k > 0; --k) list.push_back(draw_action(in, shape));
-      check_verdicts(pp::schedule("arbitrary", shape, std::move(ranks)));
+      auto const where = in.in<int>(0, 1) == 0 ? pp::placement::interleaved(shape) : pp::placement::v_shape(shape);
+      check_verdicts(pp::schedule("arbitrary", shape, where, std::move(ranks)));
       break;
     }
   }

@@ -13,6 +13,7 @@
 #include "headroom/host/thread_group.hpp"
 #include "headroom/lifetime/host.hpp"
 #include "headroom/pipeline.hpp"
+#include "custom_placement.hpp"
 #include "toy_model.hpp"
 
 namespace hp = headroom::pipeline;
@@ -34,7 +35,7 @@ struct run_output {
   std::map<int, std::vector<int>> weight_grad_order;  // rank -> stage*1000+k as taken
 };
 
-template <class G>
+template <class G, class O = hp::outputs::freed_when_sent>
 run_output run_pipeline(hp::pipeline_shape const& shape, toy::dims d) {
   auto const sched = hp::make_schedule<G>(shape);
   auto const bytes = hp::model_bytes::uniform(shape, toy::stage_cost(d));
@@ -45,15 +46,15 @@ run_output run_pipeline(hp::pipeline_shape const& shape, toy::dims d) {
     hp::executor exec(comm, resource, sched, bytes);
     stage_t stage{.d = d, .chunks = {}, .backward_order = {}};
     for (int c = 0; c < shape.chunks; ++c) {
-      int const s = shape.virtual_stage(comm.rank(), c);
+      int const s = sched.placement().virtual_stage(comm.rank(), c);
       stage.chunks.emplace(s, toy::make_params(d, s));
     }
-    auto result = exec.step(stage, hp::retention::reduced{});
+    auto result = exec.step(stage, hp::retention::reduced{}, O{});
     CHECK(exec.statistics().bytes().value == 0);  // nothing held after the step
     std::lock_guard lock(mutex);
     for (auto& [s, p] : stage.chunks) out.params[s] = p;
     out.weight_grad_order[comm.rank()] = stage.backward_order;
-    if (comm.rank() == shape.rank_of(shape.virtual_stages() - 1)) {
+    if (comm.rank() == sched.placement().rank_of(shape.virtual_stages() - 1)) {
       out.losses = result.losses;
       out.loss_microbatches = result.microbatches;
     }
@@ -61,11 +62,11 @@ run_output run_pipeline(hp::pipeline_shape const& shape, toy::dims d) {
   return out;
 }
 
-template <class G>
+template <class G, class O = hp::outputs::freed_when_sent>
 void check_against_reference(hp::pipeline_shape const& shape) {
   CAPTURE(shape);
   toy::dims const d{.width = 6, .rows = 3};
-  auto const got = run_pipeline<G>(shape, d);
+  auto const got = run_pipeline<G, O>(shape, d);
   // The reference adds each stage's weight gradients in the schedule's order (micro-batch
   // order, except GPipe with v > 1, which runs backwards from the last one), and the stages
   // took them in that order.
@@ -112,6 +113,68 @@ TEST_CASE("gradients and losses bit-equal to a single-rank run, every schedule")
       for (int m : {p, 2 * p, 3}) check_against_reference<hp::interleaved_zb>({.stages = p, .microbatches = m, .chunks = v});
 }
 
+TEST_CASE("V-shape and user placements: gradients and losses bit-equal to a single-rank run (local hand-offs, overlapped F+B)") {
+  for (int p : {2, 3, 4})
+    for (int m : {1, 2, 5, 8}) check_against_reference<hp::zbv>({.stages = p, .microbatches = m, .chunks = 2});
+  for (int p : {2, 3, 4})
+    for (int m : {2 * p, 2 * p + 3}) check_against_reference<hp::dualpipe_v>({.stages = p, .microbatches = m, .chunks = 2});
+  // a user's placement: blocks of consecutive stages per rank, hand-offs inside a block local
+  for (int p : {2, 3})
+    for (int v : {2, 3}) check_against_reference<test_placement::block_gpipe>({.stages = p, .microbatches = 4, .chunks = v});
+  check_against_reference<test_placement::block_gpipe, hp::outputs::kept_until_backward>({.stages = 2, .microbatches = 3, .chunks = 3});
+  // PyTorch's output lifetime: the next chunk on the same rank reads the kept output in place
+  check_against_reference<hp::zbv, hp::outputs::kept_until_backward>({.stages = 3, .microbatches = 5, .chunks = 2});
+  check_against_reference<hp::dualpipe_v, hp::outputs::kept_until_backward>({.stages = 2, .microbatches = 5, .chunks = 2});
+}
+
+namespace {
+// A stage with its own overlapped member: the executor calls it instead of forward + backward.
+struct own_overlap_stage {
+  stage_t inner;
+  int overlapped_calls = 0;
+  void forward(hp::forward_args<inline_stream> const& a) { inner.forward(a); }
+  double loss(hp::loss_args<inline_stream> const& a) { return inner.loss(a); }
+  void backward(hp::backward_args<inline_stream> const& a) { inner.backward(a); }
+  void backward_input(hp::backward_args<inline_stream> const& a) { inner.backward_input(a); }
+  void backward_weight(hp::weight_args<inline_stream> const& a) { inner.backward_weight(a); }
+  void overlapped(hp::forward_args<inline_stream> const& f, hp::backward_args<inline_stream> const& b) {
+    ++overlapped_calls;
+    CHECK(f.chunk != b.chunk);  // DualPipeV overlaps the two chunks of a rank
+    inner.forward(f);
+    inner.backward(b);
+  }
+};
+static_assert(hp::overlapping_stage<own_overlap_stage, inline_stream> && !hp::overlapping_stage<stage_t, inline_stream>);
+}  // namespace
+
+TEST_CASE("dualpipe_v: the stage's overlapped member runs each overlapped action, losses as the reference's") {
+  hp::pipeline_shape const shape{.stages = 3, .microbatches = 8, .chunks = 2};
+  auto const sched = hp::make_schedule<hp::dualpipe_v>(shape);
+  toy::dims const d{.width = 6, .rows = 3};
+  auto const bytes = hp::model_bytes::uniform(shape, toy::stage_cost(d));
+  std::vector<int> calls(3, 0), expected(3, 0);
+  for (int r = 0; r < 3; ++r)
+    for (auto const& a : sched.actions(r)) expected[static_cast<std::size_t>(r)] += a.kind == hp::action_kind::overlapped;
+  std::vector<double> losses;
+  headroom::host::launch(shape.stages, [&](thread_communicator& comm) {
+    aligned_resource resource;
+    hp::executor exec(comm, resource, sched, bytes);
+    own_overlap_stage stage{.inner = {.d = d, .chunks = {}, .backward_order = {}}};
+    for (int c = 0; c < 2; ++c) {
+      int const s = sched.placement().virtual_stage(comm.rank(), c);
+      stage.inner.chunks.emplace(s, toy::make_params(d, s));
+    }
+    auto result = exec.step(stage, hp::retention::reduced{});
+    calls[static_cast<std::size_t>(comm.rank())] = stage.overlapped_calls;
+    if (comm.rank() == 0) losses = result.losses;  // the last stage is on rank 0 in a V
+  });
+  CHECK(calls == expected);
+  CHECK(expected[0] > 0);
+  auto const ref = toy::run_reference(d, shape.virtual_stages(), shape.microbatches, toy::weight_order(sched));
+  REQUIRE(losses.size() == ref.losses.size());
+  for (std::size_t k = 0; k < losses.size(); ++k) CHECK(std::memcmp(&losses[k], &ref.losses[k], sizeof(double)) == 0);
+}
+
 namespace {
 // Only what evaluation needs: no backward member.
 struct eval_stage {
@@ -146,7 +209,7 @@ TEST_CASE("forward-only steps: losses bit-equal to a single-rank run, nothing he
           auto result = exec.step(stage, hp::retention::reduced{});
           CHECK(exec.statistics().bytes().value == 0);
           CHECK(exec.statistics().bytes().peak == exec.plan(hp::retention::reduced{}).rank(comm.rank()).peak);
-          if (comm.rank() == shape.rank_of(shape.virtual_stages() - 1)) {
+          if (comm.rank() == sched.placement().rank_of(shape.virtual_stages() - 1)) {
             losses = result.losses;
             order = result.microbatches;
           }

@@ -17,6 +17,7 @@
 #include "headroom/host/aligned_resource.hpp"
 #include "headroom/host/thread_group.hpp"
 #include "headroom/pipeline.hpp"
+#include "custom_placement.hpp"
 
 namespace hp = headroom::pipeline;
 using headroom::host::aligned_resource;
@@ -135,6 +136,7 @@ tally run_grid(int p, std::vector<int> const& chunk_counts) {
       for (int m = 1; m <= 32; ++m) {
         if (std::is_same_v<G, hp::interleaved_1f1b> && (m < p || m % p != 0)) continue;
         if (std::is_same_v<G, hp::interleaved_zb> && m % std::max(1, m / p) != 0) continue;
+        if (std::is_same_v<G, hp::dualpipe_v> && m < 2 * p) continue;
         if (sampled && m % 7 != 1 && m != 32 && m != p) continue;  // sanitizers: m in {1, 8, 15, 22, 29, p, 32}
         hp::pipeline_shape const shape{.stages = p, .microbatches = m, .chunks = v};
         compare<G, hp::retention::all>(comm, shape, t);
@@ -175,6 +177,11 @@ TEST_CASE("model == measured: interleaved_1f1b") { check_grid<hp::interleaved_1f
 TEST_CASE("model == measured: zb_h1") { check_grid<hp::zb_h1>({1}); }
 TEST_CASE("model == measured: forward_only") { check_grid<hp::forward_only>({1, 2, 4}); }
 TEST_CASE("model == measured: interleaved_zb") { check_grid<hp::interleaved_zb>({1, 2, 4}); }
+// The V: local hand-offs between the two chunks of rank p - 1 (and, in dualpipe_v, overlapped
+// F+B actions that allocate for both halves before releasing either).
+TEST_CASE("model == measured: zbv") { check_grid<hp::zbv>({2}); }
+TEST_CASE("model == measured: dualpipe_v") { check_grid<hp::dualpipe_v>({2}); }
+TEST_CASE("model == measured: a user's placement (blocks of stages per rank)") { check_grid<test_placement::block_gpipe>({1, 2, 4}); }
 
 TEST_CASE("the model on 1F1B, p = 2, m = 2, by hand") {
   // activations 100, hidden output 10, logits 1000 on the last stage, parameters 7 and 9.

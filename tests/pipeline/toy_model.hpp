@@ -163,6 +163,8 @@ inline std::vector<std::vector<int>> weight_order(headroom::pipeline::schedule c
     for (auto const& a : list)
       if (a.kind == action_kind::backward || a.kind == action_kind::backward_weight)
         order[static_cast<std::size_t>(a.stage)].push_back(a.microbatch);
+      else if (a.kind == action_kind::overlapped)  // its backward is whole: it takes the weight gradient
+        order[static_cast<std::size_t>(a.backward_stage)].push_back(a.backward_microbatch);
   return order;
 }
 

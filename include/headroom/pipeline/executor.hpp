@@ -251,21 +251,108 @@ class executor {
   };
   // The buffers of one (micro-batch, chunk) on this rank; empty where the size is 0 or the
   // buffer is not live. A received buffer keeps its ticket until the computation that reads it.
+  // A local hand-off (two stages of one rank) moves the producer's buffer into the consumer's
+  // slot; under outputs::kept_until_backward the producer keeps its output and the consumer
+  // reads it through `input_view` (one block, freed by the producer's backward, as PyTorch's
+  // forward cache holds it).
   struct slot {
     std::optional<buffer> input, output, stash, grad_output, grad_input, weight_stash;
     std::optional<pending_receive> input_pending, grad_output_pending;
+    std::optional<std::span<std::byte>> input_view;
   };
 
+  // A computation runs in three phases: its buffers are allocated (and a local hand-off taken
+  // over), its callbacks run, its buffers are released. An overlapped action allocates for both
+  // its forward and its backward before either runs, and releases after both, as the memory
+  // model counts it.
   template <class R, class O, class Stage, class Result>
   void run_actions(Stage& stage, std::vector<slot>& slots, Result& result) {
     auto const& shape = schedule_.shape();
+    auto const& where = schedule_.placement();
     bool const eval = schedule_.forward_only();
+    auto const slot_of = [&](int microbatch, int stage_index) -> slot& {
+      return slots[static_cast<std::size_t>(microbatch) * static_cast<std::size_t>(shape.chunks) +
+                   static_cast<std::size_t>(where.chunk_of(stage_index))];
+    };
+    auto const input_of = [](slot& s) { return s.input_view ? *s.input_view : view(s.input); };
+
+    auto const forward_prepare = [&](action const& a) {
+      slot& sl = slot_of(a.microbatch, a.stage);
+      arrived(sl.input_pending);
+      if (a.stage > 0 && where.rank_of(a.stage - 1) == rank_) {  // local hand-off from the previous chunk
+        slot& prev = slot_of(a.microbatch, a.stage - 1);
+        if (O::until_backward && !eval) {
+          sl.input_view = view(prev.output);
+        } else {
+          sl.input = std::move(prev.output);
+          prev.output.reset();
+        }
+      }
+      stage_bytes const& b = bytes_.at(a.stage, a.microbatch);
+      sl.output = allocate(b.output);
+      sl.stash = allocate(b.activations);
+    };
+    auto const forward_args_of = [&](action const& a) {
+      slot& sl = slot_of(a.microbatch, a.stage);
+      return forward_args<Stream>{a.microbatch, a.stage, where.chunk_of(a.stage), input_of(sl), view(sl.output), view(sl.stash), compute_};
+    };
+    auto const forward_finish = [&](action const& a) {  // the loss, then what no backward reads
+      slot& sl = slot_of(a.microbatch, a.stage);
+      if (shape.is_last(a.stage)) {
+        auto value = stage.loss(loss_args<Stream>{a.microbatch, a.stage, view(sl.output), view(sl.stash), compute_});
+        if constexpr (R::keeps_losses) {
+          result.microbatches.push_back(a.microbatch);
+          result.losses.push_back(std::move(value));
+        }
+        if constexpr (R::keeps_outputs) {
+          if (sl.output) result.outputs.emplace_back(counted_, std::move(*sl.output));
+          sl.output.reset();
+        } else if (!O::until_backward || eval) {
+          release(sl.output);
+        }
+      }
+      if (eval) {  // no backward will read them
+        release(sl.stash);
+        release(sl.input);
+      }
+    };
+    auto const backward_prepare = [&](action const& a) {
+      slot& sl = slot_of(a.microbatch, a.stage);
+      arrived(sl.grad_output_pending);
+      if (!shape.is_last(a.stage) && where.rank_of(a.stage + 1) == rank_) {  // local hand-off from the next chunk's backward
+        slot& next = slot_of(a.microbatch, a.stage + 1);
+        sl.grad_output = std::move(next.grad_input);
+        next.grad_input.reset();
+      }
+      sl.grad_input = allocate(bytes_.input(a.stage, a.microbatch));
+      if (a.kind == action_kind::backward_input) sl.weight_stash = allocate(bytes_.at(a.stage, a.microbatch).weight_stash);
+    };
+    auto const backward_args_of = [&](action const& a) {
+      slot& sl = slot_of(a.microbatch, a.stage);
+      return backward_args<Stream>{a.microbatch,       a.stage,           where.chunk_of(a.stage),
+                                   input_of(sl),       view(sl.grad_output), view(sl.grad_input),
+                                   view(sl.stash),     view(sl.weight_stash), compute_};
+    };
+    auto const backward_finish = [&](action const& a) {
+      slot& sl = slot_of(a.microbatch, a.stage);
+      release(sl.grad_output);
+      release(sl.stash);
+      release(sl.input);
+      sl.input_view.reset();
+      if constexpr (O::until_backward) release(sl.output);  // PyTorch's forward cache lets go here
+    };
+    auto const run_backward = [&](action const& a) {
+      if (a.kind == action_kind::backward_input) {
+        if constexpr (split_backward_stage<Stage, Stream>) stage.backward_input(backward_args_of(a));
+      } else {
+        if constexpr (pipeline_stage<Stage, Stream>) stage.backward(backward_args_of(a));
+      }
+    };
+
     for (action const& a : schedule_.actions(rank_)) {
-      int const chunk = shape.chunk_of(a.stage);
-      slot& sl = slots[static_cast<std::size_t>(a.microbatch) * static_cast<std::size_t>(shape.chunks) + static_cast<std::size_t>(chunk)];
+      slot& sl = slot_of(a.microbatch, a.stage);
       stage_bytes const& b = bytes_.at(a.stage, a.microbatch);
       std::size_t const in_bytes = bytes_.input(a.stage, a.microbatch);
-      bool const last = shape.is_last(a.stage);
       switch (a.kind) {
         case action_kind::recv_forward:
           sl.input = allocate(in_bytes);
@@ -280,59 +367,39 @@ class executor {
           sl.grad_output_pending = receive(sl.grad_output, a.peer);
           break;
         case action_kind::send_backward: send_and_release(sl.grad_input, a.peer); break;
-        case action_kind::forward: {
-          arrived(sl.input_pending);
-          sl.output = allocate(b.output);
-          sl.stash = allocate(b.activations);
-          stage.forward(forward_args<Stream>{a.microbatch, a.stage, chunk, view(sl.input), view(sl.output), view(sl.stash), compute_});
-          if (last) {
-            auto value = stage.loss(loss_args<Stream>{a.microbatch, a.stage, view(sl.output), view(sl.stash), compute_});
-            if constexpr (R::keeps_losses) {
-              result.microbatches.push_back(a.microbatch);
-              result.losses.push_back(std::move(value));
-            }
-            if constexpr (R::keeps_outputs) {
-              if (sl.output) result.outputs.emplace_back(counted_, std::move(*sl.output));
-              sl.output.reset();
-            } else if (!O::until_backward || eval) {
-              release(sl.output);
-            }
-          }
-          if (eval) {  // no backward will read them
-            release(sl.stash);
-            release(sl.input);
-          }
+        case action_kind::forward:
+          forward_prepare(a);
+          stage.forward(forward_args_of(a));
+          forward_finish(a);
           break;
-        }
         case action_kind::backward:
-        case action_kind::backward_input: {
-          arrived(sl.grad_output_pending);
-          bool const split = a.kind == action_kind::backward_input;
-          sl.grad_input = allocate(in_bytes);
-          if (split) sl.weight_stash = allocate(b.weight_stash);
-          backward_args<Stream> const args{a.microbatch,      a.stage,           chunk,
-                                           view(sl.input),    view(sl.grad_output), view(sl.grad_input),
-                                           view(sl.stash),    view(sl.weight_stash), compute_};
-          if (split) {
-            if constexpr (split_backward_stage<Stage, Stream>) stage.backward_input(args);
-          } else {
-            if constexpr (pipeline_stage<Stage, Stream>) stage.backward(args);
-          }
-          release(sl.grad_output);
-          release(sl.stash);
-          release(sl.input);
-          if constexpr (O::until_backward) release(sl.output);  // PyTorch's forward cache lets go here
+        case action_kind::backward_input:
+          backward_prepare(a);
+          run_backward(a);
+          backward_finish(a);
           break;
-        }
         case action_kind::backward_weight:
           if constexpr (split_backward_stage<Stage, Stream>)
-            stage.backward_weight(weight_args<Stream>{a.microbatch, a.stage, chunk, view(sl.weight_stash), compute_});
+            stage.backward_weight(weight_args<Stream>{a.microbatch, a.stage, where.chunk_of(a.stage), view(sl.weight_stash), compute_});
           release(sl.weight_stash);
           break;
+        case action_kind::overlapped: {
+          action const f = forward_part(a), bw = backward_part(a);
+          forward_prepare(f);
+          backward_prepare(bw);
+          if constexpr (overlapping_stage<Stage, Stream>) {
+            stage.overlapped(forward_args_of(f), backward_args_of(bw));
+          } else {  // one after the other
+            stage.forward(forward_args_of(f));
+            run_backward(bw);
+          }
+          forward_finish(f);  // the loss on the last stage
+          backward_finish(bw);
+          break;
+        }
       }
     }
   }
-
 
   [[nodiscard]] std::optional<buffer> allocate(std::size_t bytes) {
     if (bytes == 0) return std::nullopt;

@@ -10,7 +10,8 @@
 //   std::string why = pipeline::detail::disagreement(all_words, ranks, "pipeline::executor");
 //
 // The words: the shape (p, m, v, g), a 64-bit FNV-1a hash of every action of every rank, a
-// hash of the sizes, the number of actions, and whether this rank accepted its own inputs (a
+// hash of the sizes, the number of actions, a hash of the placement of virtual stages on ranks
+// (two ranks with another placement run other local hand-offs), and whether this rank accepted its own inputs (a
 // rank whose inputs are invalid still joins the collective, so that no peer waits for it).
 #include <algorithm>
 #include <array>
@@ -25,7 +26,7 @@
 
 namespace headroom::pipeline {
 
-inline constexpr std::size_t fingerprint_words = 8;
+inline constexpr std::size_t fingerprint_words = 9;
 using fingerprint_t = std::array<std::int64_t, fingerprint_words>;
 
 namespace detail {
@@ -38,7 +39,7 @@ struct fnv1a {
     }
   }
 };
-enum fingerprint_field : std::size_t { f_magic, f_accepted, f_p, f_m, f_v, f_g, f_actions, f_sizes };
+enum fingerprint_field : std::size_t { f_magic, f_accepted, f_p, f_m, f_v, f_g, f_actions, f_sizes, f_placement };
 inline constexpr std::int64_t fingerprint_magic = 0x48525049;  // "HRPI": every rank runs this protocol
 }  // namespace detail
 
@@ -54,6 +55,9 @@ inline constexpr std::int64_t fingerprint_magic = 0x48525049;  // "HRPI": every 
       actions.add((static_cast<std::uint64_t>(a.kind) << 56) ^ (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a.peer)) << 24));
       actions.add((static_cast<std::uint64_t>(static_cast<std::uint32_t>(a.microbatch)) << 32) |
                   static_cast<std::uint32_t>(a.stage));
+      if (a.kind == action_kind::overlapped)  // only then: the hash of every other action is unchanged
+        actions.add((static_cast<std::uint64_t>(static_cast<std::uint32_t>(a.backward_microbatch)) << 32) |
+                    static_cast<std::uint32_t>(a.backward_stage));
       ++count;
     }
   }
@@ -68,6 +72,10 @@ inline constexpr std::int64_t fingerprint_magic = 0x48525049;  // "HRPI": every 
     }
   sizes.add(static_cast<std::uint64_t>(bytes.size()));
   sizes.add(static_cast<std::uint64_t>(bytes.microbatches()));
+  detail::fnv1a where;
+  auto const& pl = s.placement();
+  for (int r = 0; r < pl.ranks(); ++r)
+    for (int c = 0; c < pl.chunks(); ++c) where.add(static_cast<std::uint64_t>(pl.virtual_stage(r, c)));
   auto const& shape = s.shape();
   fingerprint_t w{};
   w[detail::f_magic] = detail::fingerprint_magic;
@@ -78,6 +86,7 @@ inline constexpr std::int64_t fingerprint_magic = 0x48525049;  // "HRPI": every 
   w[detail::f_g] = shape.group;
   w[detail::f_actions] = static_cast<std::int64_t>(actions.h ^ (count * 0x9e3779b97f4a7c15ULL));
   w[detail::f_sizes] = static_cast<std::int64_t>(sizes.h);
+  w[detail::f_placement] = static_cast<std::int64_t>(where.h);
   return w;
 }
 
@@ -101,6 +110,8 @@ namespace detail {
     if (word(r, f_p) != word(0, f_p) || word(r, f_m) != word(0, f_m) || word(r, f_v) != word(0, f_v) || word(r, f_g) != word(0, f_g))
       add("shape p=", word(r, f_p), " m=", word(r, f_m), " v=", word(r, f_v), " g=", word(r, f_g), " vs p=", word(0, f_p),
           " m=", word(0, f_m), " v=", word(0, f_v), " g=", word(0, f_g));
+    else if (word(r, f_placement) != word(0, f_placement))
+      add("the placement of virtual stages on ranks (same shape, another stage -> rank map)");
     else if (word(r, f_actions) != word(0, f_actions))
       add("the action lists (same shape, another order of computations or transfers)");
     if (word(r, f_sizes) != word(0, f_sizes)) add("the per-stage sizes (model_bytes)");

@@ -19,6 +19,7 @@
 //                    output − activations − input
 //   backward_input   as backward, plus + weight_stash
 //   backward_weight  − weight_stash
+//   overlapped       the allocations of its forward and its backward, then the releases of both
 //
 // Within one action every allocation happens before any release, so the peak counts them
 // together. Outputs kept under retention::all are still held at the end of the step.
@@ -27,6 +28,11 @@
 // last stage keeps its output past the loss, and each backward also frees its stage's output.
 // In a forward-only schedule a forward frees its stash and input right after it (there is no
 // backward to keep them for), and outputs go as under freed_when_sent.
+//
+// Between two stages of one rank (placement::v_shape) nothing is sent: the output becomes the
+// next chunk's input and the input gradient the previous chunk's output gradient, without a
+// copy, so they are counted once, allocated by their producer and freed by their consumer (under
+// kept_until_backward the output stays the producer's and its backward frees it).
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -117,42 +123,61 @@ template <output_retention R, output_lifetime O = outputs::freed_when_sent>
     return a + b;
   };
   bool const eval = s.forward_only();
+  auto const& where = s.placement();
   std::vector<rank_memory> out;
   for (int r = 0; r < shape.stages; ++r) {
     rank_memory m{.rank = r};
-    for (int st = r; st < shape.virtual_stages(); st += shape.stages) m.parameters = sum(m.parameters, as_int(bytes[st].parameters), r, "parameters");
+    for (int c = 0; c < shape.chunks; ++c)
+      m.parameters = sum(m.parameters, as_int(bytes[where.virtual_stage(r, c)].parameters), r, "parameters");
     std::int64_t live = 0;
     auto const list = s.actions(r);
     for (std::size_t i = 0; i < list.size(); ++i) {
-      action const& a = list[i];
-      auto const& b = bytes.at(a.stage, a.microbatch);
-      std::int64_t const in = as_int(bytes.input(a.stage, a.microbatch));
-      std::int64_t const outb = as_int(b.output);
-      std::int64_t const act = as_int(b.activations);
-      std::int64_t const ws = as_int(b.weight_stash);
-      bool const last = shape.is_last(a.stage);
-      std::int64_t grow = 0;
-      std::int64_t shrink = 0;
-      switch (a.kind) {
-        case action_kind::recv_forward: grow = in; break;
-        case action_kind::send_forward: shrink = O::until_backward && !eval ? 0 : outb; break;
-        case action_kind::recv_backward: grow = outb; break;
-        case action_kind::send_backward: shrink = in; break;
-        case action_kind::forward:
-          grow = outb + act;
-          if (last && !R::keeps_outputs && (!O::until_backward || eval)) shrink = outb;
-          if (eval) shrink += act + in;  // no backward: the stash and the input go right away
-          break;
-        case action_kind::backward:
-        case action_kind::backward_input: {
-          grow = in + (a.kind == action_kind::backward_input ? ws : 0);
-          // the output's gradient (not on the last stage), and an output still held until now
-          std::int64_t const kept_output = O::until_backward && !(last && R::keeps_outputs) ? outb : 0;
-          shrink = (last ? 0 : outb) + kept_output + act + in;
-          break;
+      struct delta {
+        std::int64_t grow = 0;
+        std::int64_t shrink = 0;
+      };
+      auto const change = [&](action const& a) {
+        auto const& b = bytes.at(a.stage, a.microbatch);
+        std::int64_t const in = as_int(bytes.input(a.stage, a.microbatch));
+        std::int64_t const outb = as_int(b.output);
+        std::int64_t const act = as_int(b.activations);
+        std::int64_t const ws = as_int(b.weight_stash);
+        bool const last = shape.is_last(a.stage);
+        delta d;
+        switch (a.kind) {
+          case action_kind::recv_forward: d.grow = in; break;
+          case action_kind::send_forward: d.shrink = O::until_backward && !eval ? 0 : outb; break;
+          case action_kind::recv_backward: d.grow = outb; break;
+          case action_kind::send_backward: d.shrink = in; break;
+          case action_kind::forward:
+            d.grow = outb + act;
+            if (last && !R::keeps_outputs && (!O::until_backward || eval)) d.shrink = outb;
+            if (eval) d.shrink += act + in;  // no backward: the stash and the input go right away
+            break;
+          case action_kind::backward:
+          case action_kind::backward_input: {
+            d.grow = in + (a.kind == action_kind::backward_input ? ws : 0);
+            // the output's gradient (not on the last stage), and an output still held until now
+            std::int64_t const kept_output = O::until_backward && !(last && R::keeps_outputs) ? outb : 0;
+            // an input handed over locally under kept_until_backward is the previous chunk's
+            // output, still held by it: its backward frees that block
+            bool const viewed_input = O::until_backward && a.stage > 0 && where.rank_of(a.stage - 1) == r;
+            d.shrink = (last ? 0 : outb) + kept_output + act + (viewed_input ? 0 : in);
+            break;
+          }
+          case action_kind::backward_weight: d.shrink = ws; break;
+          case action_kind::overlapped: break;  // split into its parts below
         }
-        case action_kind::backward_weight: shrink = ws; break;
+        return d;
+      };
+      action const& a = list[i];
+      delta d = change(a);
+      if (a.kind == action_kind::overlapped) {  // both parts allocate, then both release
+        delta const f = change(forward_part(a)), bw = change(backward_part(a));
+        d.grow = sum(f.grow, bw.grow, r, "live bytes");
+        d.shrink = f.shrink + bw.shrink;
       }
+      std::int64_t const grow = d.grow, shrink = d.shrink;
       live = sum(live, grow, r, "live bytes");
       if (live > m.peak) {
         m.peak = live;

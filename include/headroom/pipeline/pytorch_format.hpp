@@ -11,7 +11,8 @@
 // One action is [stage][type][microbatch]: the virtual stage index, the type F (forward),
 // B (full backward), I (backward input), W (backward weight), SEND_F, RECV_F, SEND_B, RECV_B,
 // and the micro-batch. PyTorch names the stage of a transfer as headroom does (the sender's
-// stage for SEND_*, the receiver's for RECV_*); stage s lives on rank s mod p in both.
+// stage for SEND_*, the receiver's for RECV_*). Rows carry no placement: import takes stage s
+// on rank s mod p when the rows fit it, else PyTorch's "v" style, else the placement passed.
 //
 // Import reads every cell PyTorch writes: an empty cell (a bubble) is skipped; the synchronising
 // and FSDP actions WAIT_SEND_F, WAIT_SEND_B, UNSHARD, RESHARD, REDUCE_GRAD and WAIT_REDUCE_GRAD
@@ -33,6 +34,7 @@
 
 #include "headroom/core/error.hpp"
 #include "headroom/pipeline/action.hpp"
+#include "headroom/pipeline/placement.hpp"
 #include "headroom/pipeline/detail/lower.hpp"
 #include "headroom/pipeline/schedule.hpp"
 #include "headroom/pipeline/schedules.hpp"
@@ -55,12 +57,15 @@ enum class content : std::uint8_t { compute_comms, compute_only };
     case action_kind::recv_forward: return "RECV_F";
     case action_kind::send_backward: return "SEND_B";
     case action_kind::recv_backward: return "RECV_B";
+    case action_kind::overlapped: return "OVERLAP_F_B";
   }
   return "?";
 }
 
-/// "2F3", "1SEND_B0": what PyTorch's _Action prints for the action.
+/// "2F3", "1SEND_B0", "(0F3;1B0)OVERLAP_F_B": what PyTorch's _Action prints for the action.
 [[nodiscard]] inline std::string to_string(action const& a) {
+  if (a.kind == action_kind::overlapped)
+    return "(" + to_string(forward_part(a)) + ";" + to_string(backward_part(a)) + ")" + std::string(type_code(a.kind));
   return std::to_string(a.stage) + std::string(type_code(a.kind)) + std::to_string(a.microbatch);
 }
 
@@ -89,9 +94,11 @@ enum class content : std::uint8_t { compute_comms, compute_only };
   return out;
 }
 
-/// A parsed cell: the actions it stands for (none for a bubble or a skipped action).
+/// A parsed cell: the actions it stands for (none for a bubble or a skipped action), and
+/// whether they were grouped as (a;b)OVERLAP_F_B.
 struct parsed_cell {
   std::vector<action> actions;
+  bool overlapped = false;
 };
 
 namespace detail {
@@ -183,6 +190,7 @@ inline void parse_single(std::string_view text, std::string_view where, std::vec
     std::string_view const type = detail::trim(t.substr(close + 1));
     expects(type == "OVERLAP_F_B", "pipeline::pytorch: ", where, ": '", text, "' groups actions under '", type,
             "'; expected (a;b)OVERLAP_F_B");
+    cell.overlapped = true;
     std::string_view subs = t.substr(1, close - 1);
     while (!subs.empty()) {
       auto const semi = subs.find(';');
@@ -204,8 +212,8 @@ inline void parse_single(std::string_view text, std::string_view where, std::vec
   int stages = 0, microbatches = 0;
   for (auto const& r : rows)
     for (auto const& a : r) {
-      stages = std::max(stages, a.stage + 1);
-      microbatches = std::max(microbatches, a.microbatch + 1);
+      stages = std::max({stages, a.stage + 1, a.backward_stage + 1});  // backward_*: −1 unless overlapped
+      microbatches = std::max({microbatches, a.microbatch + 1, a.backward_microbatch + 1});
     }
   expects(stages > 0, "pipeline::pytorch: the ", rows.size(), " rows hold no action; expected a schedule");
   int const p = static_cast<int>(rows.size());
@@ -214,16 +222,48 @@ inline void parse_single(std::string_view text, std::string_view where, std::vec
   return pipeline_shape{p, microbatches, stages / p, 0};
 }
 
-/// A validated schedule from rows of cells (one row per rank). Peers are set from the stage
-/// placement. `shape`: the shape to check against (inferred from the rows when absent).
+namespace detail {
+// The placement rows imply: PyTorch's two styles, interleaved when every action is on rank
+// s mod p ("loop"), else the V when every action fits it ("v"); nullopt when neither fits. A
+// custom map is never guessed from the rows (a misplaced cell would pass for one): pass it.
+[[nodiscard]] inline std::optional<placement> infer_placement(std::vector<std::vector<action>> const& lists,
+                                                              pipeline_shape const& sh) {
+  auto const fits = [&](placement const& pl) {
+    for (std::size_t r = 0; r < lists.size(); ++r)
+      for (auto const& a : lists[r])
+        if (pl.rank_of(a.stage) != static_cast<int>(r) || (a.backward_stage >= 0 && pl.rank_of(a.backward_stage) != static_cast<int>(r)))
+          return false;
+    return true;
+  };
+  auto interleaved = placement::interleaved(sh);
+  if (fits(interleaved)) return interleaved;
+  auto v = placement::v_shape(sh);
+  if (fits(v)) return v;
+  return std::nullopt;
+}
+}  // namespace detail
+
+/// A validated schedule from rows of cells (one row per rank). `shape`: the shape to check
+/// against (inferred from the rows when absent). `where`: the placement of virtual stages on
+/// ranks; when absent, interleaved if every action is on rank s mod p, else the V-shape if they
+/// fit it (PyTorch's "loop" and "v" styles). Peers are set from it.
 [[nodiscard]] inline schedule import_actions(std::vector<std::vector<std::string>> const& rows, std::string name,
-                                             std::optional<pipeline_shape> shape = std::nullopt) {
+                                             std::optional<pipeline_shape> shape = std::nullopt,
+                                             std::optional<placement> where = std::nullopt) {
   std::vector<std::vector<action>> lists(rows.size());
   bool transfers = false;
   bool gradients = false;
   for (std::size_t r = 0; r < rows.size(); ++r)
     for (std::size_t c = 0; c < rows[r].size(); ++c) {
       auto cell = parse_cell(rows[r][c], headroom::detail::concat("rank ", r, " column ", c));
+      // PyTorch's DualPipeV writes (forward;full backward): one overlapped action. Other
+      // groupings are read as their sub-actions in order.
+      if (cell.overlapped && cell.actions.size() == 2 && cell.actions[0].kind == action_kind::forward &&
+          cell.actions[1].kind == action_kind::backward) {
+        auto const& f = cell.actions[0];
+        auto const& b = cell.actions[1];
+        cell.actions = {overlap(f.microbatch, f.stage, b.microbatch, b.stage)};
+      }
       for (auto& a : cell.actions) {
         transfers = transfers || !is_compute(a.kind);
         gradients = gradients || (a.kind != action_kind::forward && a.kind != action_kind::send_forward &&
@@ -238,31 +278,40 @@ inline void parse_single(std::string_view text, std::string_view where, std::vec
           " rows for p = ", sh.stages, " ranks; expected one row per rank");
   for (std::size_t r = 0; r < lists.size(); ++r)
     for (auto& a : lists[r]) {
-      expects(a.stage < sh.virtual_stages(), "pipeline::pytorch: rank ", r, " action ", to_string(a), " names stage ",
-              a.stage, "; expected a stage below p·v = ", sh.virtual_stages());
-      expects(a.microbatch < sh.microbatches, "pipeline::pytorch: rank ", r, " action ", to_string(a),
-              " names micro-batch ", a.microbatch, "; expected one below m = ", sh.microbatches);
-      expects(sh.rank_of(a.stage) == static_cast<int>(r), "pipeline::pytorch: rank ", r, " action ", to_string(a),
-              " is on stage ", a.stage, ", which lives on rank ", sh.rank_of(a.stage),
-              "; expected stage s on rank s mod p");
+      int const top_stage = std::max(a.stage, a.backward_stage);
+      int const top_microbatch = std::max(a.microbatch, a.backward_microbatch);
+      expects(top_stage < sh.virtual_stages(), "pipeline::pytorch: rank ", r, " action ", to_string(a), " names stage ",
+              top_stage, "; expected a stage below p·v = ", sh.virtual_stages());
+      expects(top_microbatch < sh.microbatches, "pipeline::pytorch: rank ", r, " action ", to_string(a),
+              " names micro-batch ", top_microbatch, "; expected one below m = ", sh.microbatches);
+    }
+  if (where) where->check(sh, "pipeline::pytorch::import_actions");
+  placement const pl = where ? *where : detail::infer_placement(lists, sh).value_or(placement::interleaved(sh));
+  for (std::size_t r = 0; r < lists.size(); ++r)
+    for (auto& a : lists[r]) {
+      for (int const st : {a.stage, a.backward_stage})
+        expects(st < 0 || pl.rank_of(st) == static_cast<int>(r), "pipeline::pytorch: rank ", r, " action ", to_string(a),
+                " is on stage ", st, ", which lives on rank ", pl.rank_of(st), " under placement ", pl.name(),
+                "; expected stage s on rank s mod p or the V-shape (pass a placement for another map)");
       if (!is_compute(a.kind)) {
-        a.peer = headroom::pipeline::detail::expected_peer(sh, a);
+        a.peer = headroom::pipeline::detail::expected_peer(sh, pl, a);
         expects(a.peer >= 0, "pipeline::pytorch: rank ", r, " action ", to_string(a), " transfers past stage ", a.stage,
                 " of ", sh.virtual_stages(), "; there is no neighbouring stage there");
       }
     }
-  if (!transfers && kind == step_kind::training) return place_transfers(std::move(name), sh, lists);
+  if (!transfers && kind == step_kind::training) return place_transfers(std::move(name), sh, pl, lists);
   // Forward-only compute rows: the actions are in range and on their ranks (checked above), so
   // the transfers can be placed as place_transfers places a training schedule's.
-  schedule s = transfers ? schedule(std::move(name), sh, std::move(lists), kind)
-                         : headroom::pipeline::detail::lower(std::move(name), sh, lists, kind);
+  schedule s = transfers ? schedule(std::move(name), sh, pl, std::move(lists), kind)
+                         : headroom::pipeline::detail::lower(std::move(name), sh, pl, lists, kind);
   validate(s);
   return s;
 }
 
 /// import_actions on the text of a CSV file (PyTorch's _dump_csv, torchtitan's schedule CSV).
 [[nodiscard]] inline schedule from_csv(std::string_view text, std::string name,
-                                       std::optional<pipeline_shape> shape = std::nullopt) {
+                                       std::optional<pipeline_shape> shape = std::nullopt,
+                                       std::optional<placement> where = std::nullopt) {
   std::vector<std::vector<std::string>> rows;
   while (!text.empty()) {
     auto const eol = text.find('\n');
@@ -278,7 +327,7 @@ inline void parse_single(std::string_view text, std::string_view where, std::vec
       line.remove_prefix(comma + 1);
     }
   }
-  return import_actions(rows, std::move(name), shape);
+  return import_actions(rows, std::move(name), shape, std::move(where));
 }
 
 }  // namespace headroom::pipeline::pytorch

@@ -16,6 +16,7 @@
 
 #include "headroom/core/error.hpp"
 #include "headroom/pipeline/action.hpp"
+#include "headroom/pipeline/placement.hpp"
 #include "headroom/pipeline/shape.hpp"
 
 namespace headroom::pipeline {
@@ -27,16 +28,27 @@ class schedule {
  public:
   /// `ranks[r]` is rank r's action list; there must be one list per rank of `shape`. An
   /// evaluation schedule runs forwards only (validate() refuses any gradient action in it).
+  /// Virtual stages are placed as `pipeline::placement::interleaved` (stage s on rank s mod p).
   schedule(std::string name, pipeline_shape shape, std::vector<std::vector<action>> ranks,
            step_kind kind = step_kind::training)
       : name_(std::move(name)), shape_(shape), ranks_(std::move(ranks)), kind_(kind) {
     shape_.check("pipeline::schedule");
-    expects(ranks_.size() == static_cast<std::size_t>(shape_.stages), "pipeline::schedule '", name_, "': ",
-            ranks_.size(), " action lists for p = ", shape_.stages, " ranks, expected one list per rank");
+    placement_ = pipeline::placement::interleaved(shape_);
+    check_lists();
+  }
+  /// Virtual stages placed by `where`, which must be for the shape's p and v.
+  schedule(std::string name, pipeline_shape shape, pipeline::placement where, std::vector<std::vector<action>> ranks,
+           step_kind kind = step_kind::training)
+      : name_(std::move(name)), shape_(shape), placement_(std::move(where)), ranks_(std::move(ranks)), kind_(kind) {
+    shape_.check("pipeline::schedule");
+    placement_.check(shape_, "pipeline::schedule '" + name_ + "'");
+    check_lists();
   }
 
   [[nodiscard]] std::string const& name() const noexcept { return name_; }
   [[nodiscard]] pipeline_shape const& shape() const noexcept { return shape_; }
+  /// Which rank holds each virtual stage, as which chunk.
+  [[nodiscard]] pipeline::placement const& placement() const noexcept { return placement_; }
 
   /// Rank `stage`'s actions in execution order. Throws invalid_argument unless 0 <= stage < p.
   [[nodiscard]] std::span<action const> actions(int stage) const {
@@ -61,7 +73,9 @@ class schedule {
 
   /// One line per rank: "rank 0: F0@s0 | send_forward F0@s0 -> rank 1 | ...".
   friend std::ostream& operator<<(std::ostream& os, schedule const& s) {
-    os << "schedule " << s.name_ << " (" << s.shape_ << (s.forward_only() ? ", forward only" : "") << ")\n";
+    os << "schedule " << s.name_ << " (" << s.shape_;
+    if (s.placement_.kind() != pipeline::placement::style::interleaved) os << ", placement " << s.placement_;
+    os << (s.forward_only() ? ", forward only" : "") << ")\n";
     for (std::size_t r = 0; r < s.ranks_.size(); ++r) {
       os << "  rank " << r << ":";
       char const* sep = " ";
@@ -75,8 +89,14 @@ class schedule {
   }
 
  private:
+  void check_lists() const {
+    expects(ranks_.size() == static_cast<std::size_t>(shape_.stages), "pipeline::schedule '", name_, "': ",
+            ranks_.size(), " action lists for p = ", shape_.stages, " ranks, expected one list per rank");
+  }
+
   std::string name_;
   pipeline_shape shape_;
+  pipeline::placement placement_;
   std::vector<std::vector<action>> ranks_;
   step_kind kind_ = step_kind::training;
 };

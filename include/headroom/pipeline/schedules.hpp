@@ -22,6 +22,9 @@
 //                     backward split into I and W, W deferred by r on rank r; zb_h1 when v = 1.
 //   forward_only      evaluation: forwards only, in the interleaved forward order.
 //
+// All of them place virtual stages as placement::interleaved; the generators on the V
+// (zbv, dualpipe_v) are in v_schedules.hpp.
+//
 // g (shape.group) shapes interleaved_1f1b and forward_only; the others refuse a g other than 0.
 //
 // Every generator checks its shape and throws invalid_argument naming the value and the rule,
@@ -36,6 +39,7 @@
 #include "headroom/core/error.hpp"
 #include "headroom/pipeline/action.hpp"
 #include "headroom/pipeline/detail/lower.hpp"
+#include "headroom/pipeline/placement.hpp"
 #include "headroom/pipeline/schedule.hpp"
 #include "headroom/pipeline/shape.hpp"
 #include "headroom/pipeline/validate.hpp"
@@ -67,27 +71,41 @@ inline void check_no_group(pipeline_shape const& shape, std::string_view name) {
 }
 }  // namespace detail
 
-/// A schedule from per-rank compute orders (forward, backward, backward_input, backward_weight
-/// only): the transfers are placed as the generators place theirs (detail/lower.hpp), so the
-/// lists cannot deadlock under blocking send/recv. Throws invalid_argument for an action that is
-/// not a computation, out of range or on the wrong rank, for orders that wait on each other, and
-/// for anything validate() rejects (a missing backward, a repeated forward).
-[[nodiscard]] inline schedule place_transfers(std::string name, pipeline_shape const& shape,
+/// A schedule from per-rank compute orders (forward, backward, backward_input, backward_weight,
+/// overlapped only), virtual stages placed by `where`: the transfers are placed as the generators place
+/// theirs (detail/lower.hpp), so the lists cannot deadlock under blocking send/recv, and two
+/// stages of one rank hand over locally. Throws invalid_argument for an action that is not a
+/// computation, out of range or on the wrong rank, for orders that wait on each other, and for
+/// anything validate() rejects (a missing backward, a repeated forward).
+[[nodiscard]] inline schedule place_transfers(std::string name, pipeline_shape const& shape, placement const& where,
                                               std::vector<std::vector<action>> const& compute_order) {
   shape.check("pipeline::place_transfers");
+  where.check(shape, "pipeline::place_transfers");
   expects(compute_order.size() == static_cast<std::size_t>(shape.stages), "pipeline::place_transfers: ",
           compute_order.size(), " compute orders for p = ", shape.stages, ", expected one per rank");
   expects(shape.stages >= 2 || shape.chunks == 1, "pipeline::place_transfers: chunks (v) = ", shape.chunks,
           " with stages (p) = 1, expected v = 1");
+  auto const placed = [&](int microbatch, int stage, std::size_t r) {
+    return microbatch >= 0 && microbatch < shape.microbatches && stage >= 0 && stage < shape.virtual_stages() &&
+           where.rank_of(stage) == static_cast<int>(r);
+  };
   for (std::size_t r = 0; r < compute_order.size(); ++r)
-    for (action const& a : compute_order[r])
-      expects(is_compute(a.kind) && a.peer == -1 && a.microbatch >= 0 && a.microbatch < shape.microbatches &&
-                  a.stage >= 0 && a.stage < shape.virtual_stages() && shape.rank_of(a.stage) == static_cast<int>(r),
+    for (action const& a : compute_order[r]) {
+      bool const ov = a.kind == action_kind::overlapped;
+      expects(is_compute(a.kind) && a.peer == -1 && placed(a.microbatch, a.stage, r) &&
+                  (ov ? placed(a.backward_microbatch, a.backward_stage, r) : a.backward_microbatch == -1 && a.backward_stage == -1),
               "pipeline::place_transfers: rank ", r, " has ", a, ", expected a computation (peer -1) of a micro-batch in [0, ",
               shape.microbatches, ") on one of this rank's virtual stages");
-  auto s = detail::lower(std::move(name), shape, compute_order);
+    }
+  auto s = detail::lower(std::move(name), shape, where, compute_order);
   validate(s);
   return s;
+}
+/// The same with the interleaved placement (virtual stage s on rank s mod p).
+[[nodiscard]] inline schedule place_transfers(std::string name, pipeline_shape const& shape,
+                                              std::vector<std::vector<action>> const& compute_order) {
+  shape.check("pipeline::place_transfers");
+  return place_transfers(std::move(name), shape, placement::interleaved(shape), compute_order);
 }
 
 struct gpipe {

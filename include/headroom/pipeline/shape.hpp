@@ -4,9 +4,10 @@
 // and the micro-batch group size g of the interleaved schedule (Megatron's
 // microbatch_group_size_per_vp_stage; 0 means "p", Megatron's default).
 //
-// Virtual stage s in [0, p·v) lives on rank s mod p as chunk s / p (interleaved placement), so
-// consecutive virtual stages are always on neighbouring ranks and virtual stage 0 and the last
-// one are on ranks 0 and p − 1.
+// rank_of / chunk_of / virtual_stage are the interleaved placement: virtual stage s in [0, p·v)
+// on rank s mod p as chunk s / p, so consecutive virtual stages are on neighbouring ranks and
+// virtual stage 0 and the last one are on ranks 0 and p − 1. A schedule may place its stages
+// otherwise (placement.hpp, schedule::placement()); code that walks a schedule asks it.
 #include <cstdint>
 #include <ostream>
 

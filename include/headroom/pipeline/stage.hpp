@@ -10,6 +10,8 @@
 //     // zero-bubble schedules also need the two halves of backward:
 //     void backward_input(pipeline::backward_args<S> const& a);  // a.grad_input; save into a.weight_stash
 //     void backward_weight(pipeline::weight_args<S> const& a);   // weight grads from a.weight_stash
+//     // optional, for overlapped actions (DualPipeV): a forward and another micro-batch's backward
+//     void overlapped(pipeline::forward_args<S> const& f, pipeline::backward_args<S> const& b);
 //   };
 //
 // Buffers are the executor's, allocated from its resource on the compute stream with the sizes
@@ -29,7 +31,7 @@ template <class Stream>
 struct forward_args {
   int microbatch;
   int stage;  // virtual stage
-  int chunk;  // this rank's chunk index (stage / p)
+  int chunk;  // this rank's chunk holding the stage (stage / p under the interleaved placement)
   std::span<std::byte const> input;
   std::span<std::byte> output;
   std::span<std::byte> stash;  // kept until the backward (or its input half)
@@ -84,6 +86,15 @@ concept split_backward_stage = pipeline_stage<T, Stream> && requires(T& t, backw
                                                                      weight_args<Stream> const& w) {
   t.backward_input(b);
   t.backward_weight(w);
+};
+
+/// A stage that runs an overlapped action's forward and backward in one call (DualPipeV: one
+/// micro-batch's forward computes while another's backward communicates). Without it, the
+/// executor calls forward, then backward.
+template <class T, class Stream>
+concept overlapping_stage = pipeline_stage<T, Stream> && requires(T& t, forward_args<Stream> const& f,
+                                                                  backward_args<Stream> const& b) {
+  t.overlapped(f, b);
 };
 
 /// The type a stage's loss() returns.

@@ -7,7 +7,8 @@
 //   rank 1 | .  F0 F1 F2 B0 F3 B1 ...
 //
 // A cell is the computation's letter (F, B, I = input half of a split backward, W = weight
-// half) and micro-batch, with ".c" for chunk c when ranks hold several chunks; "." is idle.
+// half) and micro-batch, with ".c" for chunk c when ranks hold several chunks; "." is idle. An
+// overlapped action is one tick, both halves in one cell: "F5.0+B1.1".
 #include <algorithm>
 #include <cstddef>
 #include <sstream>
@@ -38,10 +39,21 @@ namespace headroom::pipeline {
     for (std::size_t i = 0; i < list.size(); ++i) {
       int const t = sim.tick_of[r][i];
       if (t < 0) continue;
-      std::string label = letter_of(list[i].kind) + std::to_string(list[i].microbatch);
-      if (shape.chunks > 1) {
-        label += '.';  // two appends: g++ 12 -O3 warns (-Wrestrict) on "." + std::string&&
-        label += std::to_string(shape.chunk_of(list[i].stage));
+      auto const label_of = [&](action const& a) {
+        std::string out = letter_of(a.kind) + std::to_string(a.microbatch);
+        if (shape.chunks > 1) {
+          out += '.';  // two appends: g++ 12 -O3 warns (-Wrestrict) on "." + std::string&&
+          out += std::to_string(s.placement().chunk_of(a.stage));
+        }
+        return out;
+      };
+      std::string label;
+      if (list[i].kind == action_kind::overlapped) {  // "F3.0+B1.1": both halves in one tick
+        label = label_of(forward_part(list[i]));
+        label += '+';
+        label += label_of(backward_part(list[i]));
+      } else {
+        label = label_of(list[i]);
       }
       width = std::max(width, label.size());
       cells[r][static_cast<std::size_t>(t)] = std::move(label);

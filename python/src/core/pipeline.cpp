@@ -22,9 +22,11 @@
 #include "headroom/pipeline/fingerprint.hpp"
 #include "headroom/pipeline/memory_model.hpp"
 #include "headroom/pipeline/output_lifetime.hpp"
+#include "headroom/pipeline/placement.hpp"
 #include "headroom/pipeline/pytorch_format.hpp"
 #include "headroom/pipeline/schedules.hpp"
 #include "headroom/pipeline/timeline.hpp"
+#include "headroom/pipeline/v_schedules.hpp"
 #include "headroom/pipeline/validate.hpp"
 
 namespace headroom::python {
@@ -50,7 +52,7 @@ pipeline_shape shape_of(int_arg stages, int_arg microbatches, int_arg chunks, in
 action_kind kind_of(nb::handle h) {
   return static_cast<action_kind>(as_choice(h, "action kind",
                                             {"forward", "backward", "backward_input", "backward_weight", "send_forward",
-                                             "recv_forward", "send_backward", "recv_backward"}));
+                                             "recv_forward", "send_backward", "recv_backward", "overlapped"}));
 }
 
 std::vector<std::vector<action>> rank_lists(nb::handle h, char const* what) {
@@ -99,7 +101,8 @@ std::vector<std::vector<std::string>> string_rows(nb::handle h) {
 
 schedule generate(str_arg kind, pipeline_shape const& shape) {
   switch (as_choice(kind, "schedule kind",
-                    {"gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1", "interleaved_zb", "forward_only"})) {
+                    {"gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1", "interleaved_zb", "forward_only", "zbv",
+                     "dualpipe_v"})) {
     case 0:
       return make_schedule<gpipe>(shape);
     case 1:
@@ -110,8 +113,12 @@ schedule generate(str_arg kind, pipeline_shape const& shape) {
       return make_schedule<zb_h1>(shape);
     case 4:
       return make_schedule<interleaved_zb>(shape);
-    default:
+    case 5:
       return make_schedule<forward_only>(shape);
+    case 6:
+      return make_schedule<zbv>(shape);
+    default:
+      return make_schedule<dualpipe_v>(shape);
   }
 }
 
@@ -174,6 +181,26 @@ std::optional<pipeline_shape> optional_shape(nb::handle h) {
   if (h.is_none()) return std::nullopt;
   return nb::cast<pipeline_shape>(h);
 }
+std::optional<placement> optional_placement(nb::handle h) {
+  if (h.is_none()) return std::nullopt;
+  return nb::cast<placement>(h);
+}
+std::vector<std::vector<int>> stage_table(nb::handle h) {
+  if (!PySequence_Check(h.ptr()) || nb::isinstance<nb::str>(h))
+    throw nb::type_error(
+        headroom::detail::concat("table = ", repr_of(h), "; expected one list of virtual stages per rank").c_str());
+  std::vector<std::vector<int>> out;
+  std::size_t r = 0;
+  for (nb::handle row : h) {
+    if (!PySequence_Check(row.ptr()) || nb::isinstance<nb::str>(row))
+      throw nb::type_error(
+          headroom::detail::concat("table[", r, "] = ", repr_of(row), "; expected a list of virtual stages").c_str());
+    auto& list = out.emplace_back();
+    for (nb::handle st : row) list.push_back(as_int(st, "virtual stage"));
+    ++r;
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -197,18 +224,70 @@ void bind_pipeline(nb::module_& m) {
       .def(nb::self == nb::self)
       .def("__repr__", [](pipeline_shape const& s) { return "Shape(" + printed(s) + ")"; });
 
-  nb::class_<action>(sub, "Action", "One step of one rank: a computation or a transfer of a virtual stage.")
+  nb::class_<placement>(sub, "Placement",
+                        "Which rank holds each virtual stage, as which chunk: interleaved (stage s on rank s mod p, "
+                        "the default), v_shape (rank r holds r and 2p - 1 - r) or a user's table.")
+      .def_static(
+          "interleaved", [](int_arg p, int_arg v) { return placement::interleaved(as_int(p, "stages"), as_int(v, "chunks")); },
+          nb::arg("stages"), nb::arg("chunks"))
+      .def_static(
+          "v_shape", [](int_arg p, int_arg v) { return placement::v_shape(as_int(p, "stages"), as_int(v, "chunks")); },
+          nb::arg("stages"), nb::arg("chunks") = 2)
+      .def_static(
+          "from_table", [](nb::handle table) { return placement::from_table(stage_table(table)); }, nb::arg("table"),
+          "table[r]: the virtual stages of rank r, chunk by chunk; every stage on exactly one rank.")
+      .def_prop_ro("kind", [](placement const& p) { return std::string(p.name()); })
+      .def_prop_ro("ranks", &placement::ranks)
+      .def_prop_ro("chunks", &placement::chunks)
+      .def(
+          "rank_of",
+          [](placement const& p, int_arg s) {
+            int const st = as_int(s, "virtual_stage");
+            expects(st >= 0 && st < p.virtual_stages(), "pipeline::placement::rank_of: virtual stage ", st,
+                    " out of range [0, ", p.virtual_stages(), ")");
+            return p.rank_of(st);
+          },
+          nb::arg("virtual_stage"))
+      .def(
+          "chunk_of",
+          [](placement const& p, int_arg s) {
+            int const st = as_int(s, "virtual_stage");
+            expects(st >= 0 && st < p.virtual_stages(), "pipeline::placement::chunk_of: virtual stage ", st,
+                    " out of range [0, ", p.virtual_stages(), ")");
+            return p.chunk_of(st);
+          },
+          nb::arg("virtual_stage"))
+      .def(
+          "virtual_stage",
+          [](placement const& p, int_arg r, int_arg c) {
+            int const rank = as_int(r, "rank"), chunk = as_int(c, "chunk");
+            expects(rank >= 0 && rank < p.ranks() && chunk >= 0 && chunk < p.chunks(), "pipeline::placement::virtual_stage: rank ",
+                    rank, " chunk ", chunk, " out of range, expected rank in [0, ", p.ranks(), ") and chunk in [0, ", p.chunks(), ")");
+            return p.virtual_stage(rank, chunk);
+          },
+          nb::arg("rank"), nb::arg("chunk"))
+      .def(nb::self == nb::self)
+      .def("__repr__", [](placement const& p) { return "Placement(" + printed(p) + ")"; });
+
+  nb::class_<action>(sub, "Action",
+                     "One step of one rank: a computation or a transfer of a virtual stage; 'overlapped' runs the "
+                     "forward of (microbatch, stage) with the backward of (backward_microbatch, backward_stage).")
       .def(
           "__init__",
-          [](action* self, str_arg kind, int_arg microbatch, int_arg stage, int_arg peer) {
-            new (self)
-                action{kind_of(kind), as_int(microbatch, "microbatch"), as_int(stage, "stage"), as_int(peer, "peer")};
+          [](action* self, str_arg kind, int_arg microbatch, int_arg stage, int_arg peer, int_arg backward_microbatch,
+             int_arg backward_stage) {
+            new (self) action{kind_of(kind),        as_int(microbatch, "microbatch"),
+                              as_int(stage, "stage"), as_int(peer, "peer"),
+                              as_int(backward_microbatch, "backward_microbatch"), as_int(backward_stage, "backward_stage")};
           },
-          nb::arg("kind"), nb::arg("microbatch"), nb::arg("stage"), nb::arg("peer") = -1)
+          nb::arg("kind"), nb::arg("microbatch"), nb::arg("stage"), nb::arg("peer") = -1, nb::kw_only(),
+          nb::arg("backward_microbatch") = -1, nb::arg("backward_stage") = -1)
       .def_prop_ro("kind", [](action const& a) { return std::string(name_of(a.kind)); })
       .def_ro("microbatch", &action::microbatch)
       .def_ro("stage", &action::stage)
       .def_ro("peer", &action::peer)
+      .def_ro("backward_microbatch", &action::backward_microbatch)
+      .def_ro("backward_stage", &action::backward_stage)
       .def_prop_ro("is_compute", [](action const& a) { return is_compute(a.kind); })
       .def(
           "pytorch", [](action const& a) { return pytorch::to_string(a); }, "PyTorch's _Action text: '0F1'.")
@@ -220,14 +299,20 @@ void bind_pipeline(nb::module_& m) {
       .def(
           "__init__",
           [](schedule* self, std::string name, pipeline_shape const& shape,
-             nb::typed<nb::handle, std::vector<std::vector<action>>> ranks, bool forward_only) {
-            new (self) schedule(std::move(name), shape, rank_lists(ranks, "ranks"),
-                                forward_only ? step_kind::evaluation : step_kind::training);
+             nb::typed<nb::handle, std::vector<std::vector<action>>> ranks, bool forward_only,
+             nb::typed<nb::handle, placement> where) {
+            auto const kind = forward_only ? step_kind::evaluation : step_kind::training;
+            auto const pl = optional_placement(where);
+            if (pl) new (self) schedule(std::move(name), shape, *pl, rank_lists(ranks, "ranks"), kind);
+            else new (self) schedule(std::move(name), shape, rank_lists(ranks, "ranks"), kind);
           },
           nb::arg("name"), nb::arg("shape"), nb::arg("ranks"), nb::kw_only(), nb::arg("forward_only") = false,
-          "forward_only: an evaluation step (forwards only; validate() refuses any gradient action).")
+          nb::arg("placement") = nb::none(),
+          "forward_only: an evaluation step (forwards only; validate() refuses any gradient action). placement: "
+          "where the virtual stages live (interleaved when None).")
       .def_prop_ro("name", &schedule::name)
       .def_prop_ro("shape", [](schedule const& s) { return s.shape(); })
+      .def_prop_ro("placement", [](schedule const& s) { return s.placement(); })
       .def_prop_ro("ranks", [](schedule const& s) { return s.ranks(); })
       .def(
           "actions",
@@ -246,18 +331,22 @@ void bind_pipeline(nb::module_& m) {
       "make_schedule",
       [](str_arg kind, int_arg p, int_arg mb, int_arg v, int_arg g) { return generate(kind, shape_of(p, mb, v, g)); },
       nb::arg("kind"), nb::arg("stages"), nb::arg("microbatches"), nb::arg("chunks") = 1, nb::arg("group") = 0,
-      "gpipe, one_f_one_b, interleaved_1f1b, zb_h1, interleaved_zb or forward_only (evaluation) for the shape.");
-  sub.attr("schedule_kinds") =
-      nb::make_tuple("gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1", "interleaved_zb", "forward_only");
+      "gpipe, one_f_one_b, interleaved_1f1b, zb_h1, interleaved_zb, forward_only (evaluation), or on the V "
+      "placement zbv or dualpipe_v (chunks = 2) for the shape.");
+  sub.attr("schedule_kinds") = nb::make_tuple("gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1", "interleaved_zb",
+                                              "forward_only", "zbv", "dualpipe_v");
   sub.attr("output_lifetimes") = nb::make_tuple("freed_when_sent", "kept_until_backward");
   sub.def(
       "place_transfers",
       [](std::string name, pipeline_shape const& shape,
-         nb::typed<nb::handle, std::vector<std::vector<action>>> orders) {
-        return place_transfers(std::move(name), shape, rank_lists(orders, "compute orders"));
+         nb::typed<nb::handle, std::vector<std::vector<action>>> orders, nb::typed<nb::handle, placement> where) {
+        auto const pl = optional_placement(where);
+        return place_transfers(std::move(name), shape, pl ? *pl : placement::interleaved(shape),
+                               rank_lists(orders, "compute orders"));
       },
-      nb::arg("name"), nb::arg("shape"), nb::arg("compute_orders"),
-      "A schedule from per-rank compute orders, transfers placed as the generators place theirs.");
+      nb::arg("name"), nb::arg("shape"), nb::arg("compute_orders"), nb::kw_only(), nb::arg("placement") = nb::none(),
+      "A schedule from per-rank compute orders, transfers placed as the generators place theirs (stages on ranks "
+      "as `placement` says, interleaved when None; two stages of one rank hand over locally).");
   sub.def("find_problem", &find_problem, nb::arg("schedule"), "The first reason the schedule cannot run, or ''.");
   sub.def(
       "validate", [](schedule const& s) { validate(s); }, nb::arg("schedule"),
@@ -345,16 +434,18 @@ void bind_pipeline(nb::module_& m) {
       nb::arg("schedule"), nb::arg("compute_only") = false);
   pt.def(
       "import_actions",
-      [](nb::handle rows, std::string name, nb::typed<nb::handle, pipeline_shape> shape) {
-        return pytorch::import_actions(string_rows(rows), std::move(name), optional_shape(shape));
+      [](nb::handle rows, std::string name, nb::typed<nb::handle, pipeline_shape> shape,
+         nb::typed<nb::handle, placement> where) {
+        return pytorch::import_actions(string_rows(rows), std::move(name), optional_shape(shape), optional_placement(where));
       },
-      nb::arg("rows"), nb::arg("name") = "pytorch", nb::arg("shape") = nb::none());
+      nb::arg("rows"), nb::arg("name") = "pytorch", nb::arg("shape") = nb::none(), nb::arg("placement") = nb::none());
   pt.def(
       "from_csv",
-      [](std::string const& text, std::string name, nb::typed<nb::handle, pipeline_shape> shape) {
-        return pytorch::from_csv(text, std::move(name), optional_shape(shape));
+      [](std::string const& text, std::string name, nb::typed<nb::handle, pipeline_shape> shape,
+         nb::typed<nb::handle, placement> where) {
+        return pytorch::from_csv(text, std::move(name), optional_shape(shape), optional_placement(where));
       },
-      nb::arg("text"), nb::arg("name") = "pytorch", nb::arg("shape") = nb::none());
+      nb::arg("text"), nb::arg("name") = "pytorch", nb::arg("shape") = nb::none(), nb::arg("placement") = nb::none());
   pt.def(
       "parse_cell", [](std::string const& text) { return pytorch::parse_cell(text).actions; }, nb::arg("text"),
       "The actions of one cell (peers unset: -1).");

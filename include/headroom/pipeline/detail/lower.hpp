@@ -1,6 +1,6 @@
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
-// Turns per-rank compute orders (F, B, I, W only) into full action lists with their transfers.
+// Turns per-rank compute orders (F, B, I, W and overlapped F+B only) into full action lists with their transfers.
 //
 // The ranks are played against each other in ticks: every rank whose next computation has its
 // inputs runs it; then each output made in that tick is handed over at once (send on the
@@ -17,6 +17,7 @@
 
 #include "headroom/core/error.hpp"
 #include "headroom/pipeline/action.hpp"
+#include "headroom/pipeline/placement.hpp"
 #include "headroom/pipeline/schedule.hpp"
 #include "headroom/pipeline/shape.hpp"
 
@@ -24,7 +25,9 @@ namespace headroom::pipeline::detail {
 
 [[nodiscard]] inline action compute(action_kind kind, int microbatch, int stage) { return {kind, microbatch, stage, -1}; }
 
-[[nodiscard]] inline schedule lower(std::string name, pipeline_shape const& shape,
+// An output whose consumer is on the producer's own rank (two stages of a V on one rank) is
+// handed over locally: it is ready for the consumer at once and gets no send/recv.
+[[nodiscard]] inline schedule lower(std::string name, pipeline_shape const& shape, placement const& where,
                                     std::vector<std::vector<action>> const& compute_order,
                                     step_kind kind = step_kind::training) {
   auto const p = static_cast<std::size_t>(shape.stages);
@@ -35,7 +38,7 @@ namespace headroom::pipeline::detail {
   std::vector<std::size_t> next(p, 0);
   std::vector<std::vector<action>> lists(p);
 
-  auto const ready = [&](action const& a) {
+  auto const ready_one = [&](action const& a) {
     auto const i = idx(a.microbatch, a.stage);
     switch (a.kind) {
       case action_kind::forward: return a.stage == 0 || input_here[i] != 0;
@@ -44,6 +47,9 @@ namespace headroom::pipeline::detail {
       case action_kind::backward_weight: return input_grad_done[i] != 0;
       default: return false;
     }
+  };
+  auto const ready = [&](action const& a) {
+    return a.kind == action_kind::overlapped ? ready_one(forward_part(a)) && ready_one(backward_part(a)) : ready_one(a);
   };
 
   for (;;) {
@@ -66,23 +72,38 @@ namespace headroom::pipeline::detail {
     for (std::size_t const r : runners) {
       action const a = compute_order[r][next[r]++];
       lists[r].push_back(a);
-      auto const i = idx(a.microbatch, a.stage);
-      if (a.kind == action_kind::forward) forward_done[i] = 1;
-      if (a.kind == action_kind::backward || a.kind == action_kind::backward_input) input_grad_done[i] = 1;
-      bool const sends_forward = a.kind == action_kind::forward && !shape.is_last(a.stage);
-      bool const sends_backward = (a.kind == action_kind::backward || a.kind == action_kind::backward_input) && a.stage > 0;
-      if (sends_forward || sends_backward) outputs.emplace_back(r, a);
+      auto const done = [&](action const& c) {
+        auto const i = idx(c.microbatch, c.stage);
+        if (c.kind == action_kind::forward) forward_done[i] = 1;
+        if (c.kind == action_kind::backward || c.kind == action_kind::backward_input) input_grad_done[i] = 1;
+        bool const sends_forward = c.kind == action_kind::forward && !shape.is_last(c.stage);
+        bool const sends_backward = (c.kind == action_kind::backward || c.kind == action_kind::backward_input) && c.stage > 0;
+        if (sends_forward || sends_backward) outputs.emplace_back(r, c);
+      };
+      if (a.kind == action_kind::overlapped) {
+        done(forward_part(a));
+        done(backward_part(a));
+      } else {
+        done(a);
+      }
     }
     for (auto const& [r, a] : outputs) {
       bool const fwd = a.kind == action_kind::forward;
       int const to_stage = fwd ? a.stage + 1 : a.stage - 1;
-      auto const q = static_cast<std::size_t>(shape.rank_of(to_stage));
+      auto const q = static_cast<std::size_t>(where.rank_of(to_stage));
+      (fwd ? input_here : grad_here)[idx(a.microbatch, to_stage)] = 1;
+      if (q == r) continue;  // local hand-off
       lists[r].push_back({fwd ? action_kind::send_forward : action_kind::send_backward, a.microbatch, a.stage, static_cast<int>(q)});
       lists[q].push_back({fwd ? action_kind::recv_forward : action_kind::recv_backward, a.microbatch, to_stage, static_cast<int>(r)});
-      (fwd ? input_here : grad_here)[idx(a.microbatch, to_stage)] = 1;
     }
   }
-  return schedule(std::move(name), shape, std::move(lists), kind);
+  return schedule(std::move(name), shape, where, std::move(lists), kind);
+}
+
+[[nodiscard]] inline schedule lower(std::string name, pipeline_shape const& shape,
+                                    std::vector<std::vector<action>> const& compute_order,
+                                    step_kind kind = step_kind::training) {
+  return lower(std::move(name), shape, placement::interleaved(shape), compute_order, kind);
 }
 
 }  // namespace headroom::pipeline::detail
