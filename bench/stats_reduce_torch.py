@@ -27,6 +27,12 @@ Prints a table, PASS/FAIL lines, then one JSON line (rank 0).
 
   python3 bench/stats_reduce_torch.py [--iterations 500] [--warmup 50]
   python3 bench/stats_reduce_torch.py --backend gloo --checks-only   # the checks on CPU (gloo)
+  python3 bench/stats_reduce_torch.py --backend gloo --device cpu     # timings and checks on CPU (gloo)
+
+--backend gloo --device cpu: the same methods on CPU tensors over gloo (2 processes, a file store),
+host wall clock only, the methods interleaved in rounds (--round calls of each method per round) so
+that a noisy shared machine slows them alike; pr3645 and per_key put their tensor on the CPU (the
+only change to PR #3645's code). The ratio headroom / pr3645 is printed per size.
 """
 import argparse
 import datetime
@@ -46,6 +52,12 @@ import torch.multiprocessing as mp  # noqa: E402
 
 SIZES = (8, 64, 512)
 METHODS = ("pr3645", "per_key", "device", "headroom")
+# where pr3645 and per_key build their tensor: the current CUDA device (NCCL), or "cpu" (gloo)
+_DEVICE = None
+
+
+def _tensor_device():
+    return torch.cuda.current_device() if _DEVICE is None else _DEVICE
 
 
 def gather_checks(checks, group):
@@ -89,7 +101,7 @@ def reduce_max_memory_across_pp_group(memory_report, pp_group):
     if not callable(pp_size_attr) or pp_size_attr() <= 1:
         return memory_report
     keys = list(memory_report.keys())
-    values = torch.tensor([memory_report[k] for k in keys], dtype=torch.float64, device=torch.cuda.current_device())
+    values = torch.tensor([memory_report[k] for k in keys], dtype=torch.float64, device=_tensor_device())
     dist.all_reduce(values, op=dist.ReduceOp.MAX, group=pp_group)
     reduced = values.tolist()
     out = {}
@@ -102,7 +114,7 @@ def reduce_max_memory_across_pp_group(memory_report, pp_group):
 def per_key(memory_report, group):
     out = {}
     for k, v in memory_report.items():
-        t = torch.tensor(v, dtype=torch.float64, device=torch.cuda.current_device())
+        t = torch.tensor(v, dtype=torch.float64, device=_tensor_device())
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
         out[k] = int(t.item()) if isinstance(v, int) else t.item()
     return out
@@ -186,6 +198,80 @@ def measure(fn, warmup, iterations):
         wall.append((t1 - t0) * 1e6)
         event.append(start.elapsed_time(stop) * 1e3)
     return {"wall_us": statistics.median(wall), "event_us": statistics.median(event)}
+
+
+def measure_interleaved(fns, warmup, iterations, round_calls):
+    """Host wall clock of every fn in fns (name -> (fn, iterations)), in rounds: each round runs
+    round_calls calls of each method in turn, until each has its iterations. Medians."""
+    for fn, _ in fns.values():
+        for _ in range(warmup):
+            fn()
+    wall = {name: [] for name in fns}
+    while any(len(wall[n]) < it for n, (_, it) in fns.items()):
+        for name, (fn, it) in fns.items():
+            for _ in range(min(round_calls, it - len(wall[name]))):
+                t0 = time.perf_counter()
+                fn()
+                wall[name].append((time.perf_counter() - t0) * 1e6)
+    return {name: {"wall_us": statistics.median(w), "event_us": float("nan")} for name, w in wall.items()}
+
+
+def cpu_worker(rank, world, args, port):
+    """--backend gloo --device cpu: the timings on CPU tensors over gloo, methods interleaved."""
+    global _DEVICE
+    _DEVICE = "cpu"
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{args.store}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=120))
+    group = dist.group.WORLD
+    from headroom.torch import stats as hs
+
+    checks = headroom_checks(rank, world, group)
+    hs.forget_agreements()
+    rows = []
+    for keys in SIZES:
+        report = make_report(rank, keys)
+        first, second = make_report(0, keys), make_report(1, keys)
+        expect = {k: max(first[k], second[k]) for k in report}
+        got = reduce_max_memory_across_pp_group(report, group)
+        assert got == expect and all(type(got[k]) is type(report[k]) for k in report), "pr3645 gave a wrong max"
+        assert per_key(report, group) == expect, "per_key gave a wrong max"
+        hs.forget_agreements()  # a new key set: agree on it once (outside the timing below)
+        got_hr = hs.max_memory_report(report, group)
+        checks.append((f"headroom {keys} keys: the max of both ranks, typed",
+                       got_hr == expect and all(type(got_hr[k]) is type(report[k]) for k in report), ""))
+        dev = torch.tensor(list(map(float, report.values())), dtype=torch.float64)
+        per_key_iterations = max(10, args.iterations // (keys // 8 + 1))
+        fns = {
+            "pr3645": (lambda: reduce_max_memory_across_pp_group(report, group), args.iterations),
+            "per_key": (lambda: per_key(report, group), per_key_iterations),
+            "device": (lambda: dist.all_reduce(dev, op=dist.ReduceOp.MAX, group=group), args.iterations),
+            "headroom": (lambda: hs.max_memory_report(report, group), args.iterations),
+        }
+        rows.append({"keys": keys, "bytes": keys * 8,
+                     **measure_interleaved(fns, min(args.warmup, per_key_iterations), args.iterations, args.round)})
+    all_checks = gather_checks(checks, group)
+    if rank == 0:
+        print(f"PyTorch {torch.__version__} all_reduce(MAX) of a memory report over gloo, 2 processes on CPU "
+              f"({os.cpu_count()} cores), medians of {args.iterations} calls in rounds of {args.round}, "
+              f"host wall microseconds")
+        print(f"{'keys':>6} {'bytes':>8} | {'pr3645':>9} {'per_key':>9} {'device':>9} {'headroom':>9} | headroom/pr3645")
+        for r in rows:
+            cells = " ".join(f"{r[m]['wall_us']:9.1f}" for m in METHODS)
+            print(f"{r['keys']:>6} {r['bytes']:>8} | {cells} | {r['headroom']['wall_us'] / r['pr3645']['wall_us']:.2f}x")
+        report_checks(rank, all_checks)
+        print(json.dumps({"bench": "stats_reduce_torch", "backend": "gloo", "device": "cpu", "ranks": 2,
+                          "cpus": os.cpu_count(), "torch": torch.__version__, "iterations": args.iterations,
+                          "round": args.round, "unit": "us",
+                          "results": [{"keys": r["keys"], "bytes": r["bytes"],
+                                       **{f"{m}_wall_us": r[m]["wall_us"] for m in METHODS},
+                                       "headroom_over_pr3645": r["headroom"]["wall_us"] / r["pr3645"]["wall_us"]}
+                                      for r in rows],
+                          "headroom_checks": [{"check": n, "pass": ok} for n, ok, _ in all_checks]}))
+    dist.barrier()
+    dist.destroy_process_group()
+    if not all(ok for _, ok, _ in all_checks):
+        raise SystemExit(1)
 
 
 def worker(rank, world, args, port):
@@ -277,11 +363,20 @@ def main():
     parser.add_argument("--warmup", type=int, default=50)
     parser.add_argument("--backend", default="nccl", choices=["nccl", "gloo"])
     parser.add_argument("--checks-only", action="store_true", help="headroom's checks, no timing")
+    parser.add_argument("--device", default=None, choices=["cuda", "cpu"],
+                        help="cpu: the timings on CPU tensors (with --backend gloo)")
+    parser.add_argument("--round", type=int, default=50, help="calls of each method per round (--device cpu)")
     args = parser.parse_args()
     if args.iterations < 1 or args.warmup < 0:
         parser.error(f"--iterations must be >= 1 and --warmup >= 0, got {args.iterations} and {args.warmup}")
-    if args.backend != "nccl" and not args.checks_only:
-        parser.error("--backend gloo runs --checks-only (the timings compare NCCL collectives)")
+    if args.device is None:
+        args.device = "cpu" if args.backend == "gloo" else "cuda"
+    if args.backend == "gloo" and args.device != "cpu":
+        parser.error("--backend gloo runs on CPU tensors (--device cpu)")
+    if args.backend == "nccl" and args.device != "cuda":
+        parser.error("--backend nccl runs on CUDA tensors (--device cuda)")
+    if args.round < 1:
+        parser.error(f"--round must be >= 1, got {args.round}")
     if args.backend == "nccl" and (not torch.cuda.is_available() or torch.cuda.device_count() < 2):
         print(f"skipped: needs 2 GPUs, found {torch.cuda.device_count() if torch.cuda.is_available() else 0}")
         return 77
@@ -297,7 +392,8 @@ def main():
     store_dir = tempfile.mkdtemp(prefix="stats_reduce_torch.")
     args.store = os.path.join(store_dir, "store")
     try:
-        mp.spawn(checks_worker if args.checks_only else worker, args=(2, args, port), nprocs=2, join=True)
+        target = checks_worker if args.checks_only else cpu_worker if args.device == "cpu" else worker
+        mp.spawn(target, args=(2, args, port), nprocs=2, join=True)
     except mp.ProcessExitedException as e:
         print(f"FAIL: a rank exited with {e.exit_code}")
         return 1

@@ -35,8 +35,10 @@ from ._core.stats import (
     max_of,
     memory_report_keys,
     memory_report_schema_hash,
+    pack_dict_values,
     pack_gather,
     pack_max,
+    unpack_dict_values,
     unpack_gather,
     unpack_max,
 )
@@ -44,7 +46,7 @@ from ._core.stats import (
 __all__ = [
     "Report", "ReducePlan", "RankTable", "StatSummary", "keys", "MEMORY_REPORT_KEYS",
     "ALLOCATOR_REPORT_KEYS", "report", "memory_report", "max_of", "gather_of", "pack_max",
-    "unpack_max", "pack_gather", "unpack_gather", "max_with", "gather_with",
+    "unpack_max", "pack_gather", "unpack_gather", "pack_dict_values", "unpack_dict_values", "max_with", "gather_with",
     "memory_report_schema_hash",
 ]
 

@@ -135,3 +135,43 @@ def test_reduce_plan_sizes():
     assert (p.capacity, p.max_words(), p.gather_words_per_rank(), p.gather_words(4)) == (5, 11, 8, 32)
     assert str(p).startswith("stats::reduce_plan{capacity 5 keys") and p == stats.ReducePlan(5)
     assert len(stats.pack_gather({"a": 1}, p)) == 8
+
+
+def test_dict_values_write_and_read_the_wire_words():
+    """pack_dict_values / unpack_dict_values (the torch adapter's steady state): the words
+    pack_max / pack_gather write for the sorted report, from a dict in another order."""
+    values = {"z": 1.5, "a": -(2**63), "m": True, "b": math.nan, "y": -0.0, "c": 2**63 - 1, "x": -math.inf,
+              "d": False, "e": 2**53 + 1}
+    keys = tuple(values)
+    kinds = b"".join(b"b" if type(v) is bool else b"i" if type(v) is int else b"f" for v in values.values())
+    order = sorted(keys)
+    slots = np.array([order.index(k) for k in keys], dtype=np.int64)
+    r = stats.report({k: int(values[k]) if type(values[k]) is bool else values[k] for k in order})
+    plan = stats.ReducePlan(len(values) + 3)
+    ref = stats.pack_max(r, plan)
+    words = np.full(plan.max_words(), np.iinfo(np.int64).min, dtype=np.int64)
+    words[:6] = ref[:6]
+    assert stats.pack_dict_values(values, keys, kinds, slots, words, 6, True)
+    assert (words == ref).all()
+    gref = stats.pack_gather(r, plan)
+    gwords = np.zeros(plan.gather_words_per_rank(), dtype=np.int64)
+    gwords[:3] = gref[:3]
+    assert stats.pack_dict_values(values, keys, kinds, slots, gwords, 3, False)
+    assert (gwords == gref).all()
+    back = stats.unpack_dict_values(words, ref[:6].copy(), keys, kinds, slots, 6, True)
+    assert list(back) == list(keys) and [type(v) for v in back.values()] == [type(v) for v in values.values()]
+    assert math.isnan(back["b"]) and str(back["y"]) == "-0.0" and back["e"] == 2**53 + 1 and back["a"] == -(2**63)
+    assert {k: v for k, v in back.items() if k != "b"} == {k: v for k, v in values.items() if k != "b"}
+    other = ref[:6].copy()
+    other[0] ^= 1
+    assert stats.unpack_dict_values(words, other, keys, kinds, slots, 6, True) is None
+    # another order, type, key set or an int past int64: False (the caller's general path)
+    for changed in (dict(reversed(list(values.items()))), dict(values, e=1.0), dict(values, m=1),
+                    dict(values, e=2**63), dict(values, extra=1), {k: values[k] for k in keys[:-1]}):
+        assert not stats.pack_dict_values(changed, keys, kinds, slots, words.copy(), 6, True)
+    with pytest.raises(headroom.invalid_argument, match="kinds has 2 entries"):
+        stats.pack_dict_values(values, keys, b"ii", slots, words, 6, True)
+    with pytest.raises(headroom.invalid_argument, match="expected 'i', 'b' or 'f'"):
+        stats.pack_dict_values(values, keys, b"q" * len(keys), slots, words, 6, True)
+    with pytest.raises(TypeError, match="writable"):
+        stats.pack_dict_values(values, keys, kinds, slots, words.astype(np.float64), 6, True)

@@ -9,6 +9,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -85,6 +86,105 @@ std::span<std::int64_t const> words_of(nb::handle h, std::size_t expected, char 
 template <class Report>
 std::vector<std::string> names_of() {
   return {Report::names.begin(), Report::names.end()};
+}
+
+using words_out = nb::ndarray<std::int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+/// The steady-state layout of a dict: per value in the dict's order, its exact Python type
+/// ('i' int, 'b' bool, 'f' float) and its slot on the wire (0-based after the header).
+struct dict_layout {
+  nb::tuple keys;
+  std::string_view kinds;
+  std::span<std::int64_t const> slots;
+};
+
+dict_layout layout_of(nb::handle keys, nb::handle kinds, nb::handle slots) {
+  if (!PyTuple_CheckExact(keys.ptr())) throw nb::type_error("keys: expected a tuple of str");
+  if (!PyBytes_CheckExact(kinds.ptr())) throw nb::type_error("kinds: expected bytes (b'i', b'b' or b'f' per key)");
+  std::size_t const n = static_cast<std::size_t>(PyTuple_GET_SIZE(keys.ptr()));
+  std::string_view const k(PyBytes_AS_STRING(kinds.ptr()), static_cast<std::size_t>(PyBytes_GET_SIZE(kinds.ptr())));
+  words_in sa;
+  if (!nb::try_cast(slots, sa, false)) throw nb::type_error("slots: expected a 1-d contiguous int64 numpy array (CPU)");
+  expects(sa.shape(0) == n, "slots has ", sa.shape(0), " entries; expected one per key (", n, ")");
+  std::span<std::int64_t const> const s(sa.data(), sa.shape(0));
+  expects(k.size() == n, "kinds has ", k.size(), " entries; expected one per key (", n, ")");
+  for (std::size_t i = 0; i < n; ++i) {
+    expects(k[i] == 'i' || k[i] == 'b' || k[i] == 'f', "kinds[", i, "] = '", k[i], "'; expected 'i', 'b' or 'f'");
+    expects(s[i] >= 0, "slots[", i, "] = ", s[i], "; expected >= 0");
+  }
+  return {nb::borrow<nb::tuple>(keys), k, s};
+}
+
+/// Writes the values of `d` into words[base + slot] when d has exactly `keys`, in that order,
+/// with values of exactly the types in `kinds`, every int within int64: ints and bools as
+/// int64, floats as max's order keys (`encode`, NaN propagating) or their bits. Returns false
+/// (words partly written) on any difference: the caller takes the general path.
+bool pack_dict(nb::handle d, dict_layout const& l, std::span<std::int64_t> words, std::size_t base, bool encode) {
+  if (!PyDict_CheckExact(d.ptr())) return false;
+  std::size_t const n = l.kinds.size();
+  if (static_cast<std::size_t>(PyDict_GET_SIZE(d.ptr())) != n) return false;
+  Py_ssize_t pos = 0;
+  PyObject *key = nullptr, *value = nullptr;
+  std::size_t i = 0;
+  while (PyDict_Next(d.ptr(), &pos, &key, &value)) {
+    if (i >= n) return false;
+    PyObject* const want = PyTuple_GET_ITEM(l.keys.ptr(), static_cast<Py_ssize_t>(i));
+    if (key != want) {
+      if (!PyUnicode_CheckExact(key) || !PyUnicode_CheckExact(want)) return false;
+      int const eq = PyUnicode_Compare(key, want);
+      if (eq == -1 && PyErr_Occurred()) throw nb::python_error();
+      if (eq != 0) return false;
+    }
+    std::size_t const at = base + static_cast<std::size_t>(l.slots[i]);
+    if (at >= words.size()) return false;
+    switch (l.kinds[i]) {
+      case 'i': {
+        if (!PyLong_CheckExact(value)) return false;
+        int overflow = 0;
+        long long const v = PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (overflow != 0) return false;
+        if (v == -1 && PyErr_Occurred()) throw nb::python_error();
+        words[at] = static_cast<std::int64_t>(v);
+        break;
+      }
+      case 'b':
+        if (!PyBool_Check(value)) return false;
+        words[at] = value == Py_True ? 1 : 0;
+        break;
+      default: {
+        if (!PyFloat_CheckExact(value)) return false;
+        double const v = PyFloat_AS_DOUBLE(value);
+        words[at] = encode ? stats::detail::encode(v, reduce_op::max, true) : std::bit_cast<std::int64_t>(v);
+      }
+    }
+    ++i;
+  }
+  return i == n;
+}
+
+/// The dict {keys[i]: value of words[base + slots[i]]} typed by kinds (max's order keys decoded
+/// when `encoded`, else bits), or None when words do not start with `header`.
+nb::object unpack_dict(std::span<std::int64_t const> words, std::span<std::int64_t const> header,
+                       dict_layout const& l, std::size_t base, bool encoded) {
+  if (words.size() < header.size() || !std::equal(header.begin(), header.end(), words.begin())) return nb::none();
+  std::size_t const n = l.kinds.size();
+  nb::dict out;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::size_t const at = base + static_cast<std::size_t>(l.slots[i]);
+    expects(at < words.size(), "slots[", i, "] = ", l.slots[i], " is past the ", words.size(), " words");
+    std::int64_t const w = words[at];
+    nb::object v;
+    switch (l.kinds[i]) {
+      case 'i': v = nb::steal(PyLong_FromLongLong(w)); break;
+      case 'b': v = nb::borrow(w != 0 ? Py_True : Py_False); break;
+      default: v = nb::steal(PyFloat_FromDouble(encoded ? stats::detail::decode_double(w, reduce_op::max)
+                                                       : std::bit_cast<double>(w)));
+    }
+    if (!v.is_valid()) throw nb::python_error();
+    if (PyDict_SetItem(out.ptr(), PyTuple_GET_ITEM(l.keys.ptr(), static_cast<Py_ssize_t>(i)), v.ptr()) != 0)
+      throw nb::python_error();
+  }
+  return out;
 }
 
 constexpr char const* max_name = "stats::reducer::max";
@@ -262,6 +362,40 @@ void bind_stats(nb::module_& m) {
       },
       nb::arg("report"), nb::arg("gathered"), nb::arg("plan") = nb::none(), nb::arg("rank") = 0, nb::arg("size") = 1,
       nb::arg("nan") = "propagate", "The RankTable from the all_gather result (rank-major words).");
+
+  // ---- the steady state: a dict's values straight to / from the wire -------------------------
+  sub.def(
+      "pack_dict_values",
+      [](nb::handle values, nb::handle keys, nb::handle kinds, nb::handle slots, nb::handle words, int_arg base,
+         bool encode) {
+        auto const l = layout_of(keys, kinds, slots);
+        words_out w;
+        if (!nb::try_cast(words, w, false))
+          throw nb::type_error("words: expected a writable 1-d contiguous int64 numpy array (CPU)");
+        return pack_dict(values, l, std::span<std::int64_t>(w.data(), w.shape(0)), as_size(base, "base"), encode);
+      },
+      nb::arg("values"), nb::arg("keys"), nb::arg("kinds"), nb::arg("slots"), nb::arg("words"), nb::arg("base"),
+      nb::arg("encode"),
+      "Writes dict `values` into words[base + slots[i]] (ints and bools as int64; floats as the max reduction's "
+      "order keys when `encode`, else their bits) when it has exactly `keys` in that order, with values of exactly "
+      "the types in `kinds` (b'i' int, b'b' bool, b'f' float per key) and every int within int64; False (words "
+      "partly written) otherwise. pack_max / pack_gather write the same words for the report whose keys are "
+      "sorted into those slots.");
+  sub.def(
+      "unpack_dict_values",
+      [](nb::handle words, nb::handle header, nb::handle keys, nb::handle kinds, nb::handle slots, int_arg base,
+         bool encoded) {
+        auto const l = layout_of(keys, kinds, slots);
+        words_in w, h;
+        if (!nb::try_cast(words, w, false) || !nb::try_cast(header, h, false))
+          throw nb::type_error("words, header: expected 1-d contiguous int64 numpy arrays (CPU)");
+        return unpack_dict(std::span<std::int64_t const>(w.data(), w.shape(0)),
+                           std::span<std::int64_t const>(h.data(), h.shape(0)), l, as_size(base, "base"), encoded);
+      },
+      nb::arg("words"), nb::arg("header"), nb::arg("keys"), nb::arg("kinds"), nb::arg("slots"), nb::arg("base"),
+      nb::arg("encoded"),
+      "{keys[i]: the value in words[base + slots[i]]} typed by `kinds` (order keys decoded when `encoded`), or None "
+      "when `words` do not start with `header` (then unpack_max / unpack_gather name the mismatch).");
 
   // ---- reductions of reports given every rank's values ---------------------------------------
   sub.def(

@@ -1,6 +1,6 @@
 """The 2-GPU benchmarks' spawn / compare / report logic on CPU: bench/cp_torch_gather_nccl.py
-and bench/stats_reduce_torch.py --checks-only on the gloo backend (two processes), so that the
-NCCL runs on the GPU machine fail only for GPU reasons."""
+and bench/stats_reduce_torch.py (--checks-only, and its timings on CPU tensors) on the gloo
+backend (two processes), so that the NCCL runs on the GPU machine fail only for GPU reasons."""
 import json
 import subprocess
 import sys
@@ -44,3 +44,14 @@ def test_stats_bench_checks_on_gloo(tmp_path):
     assert "PASS  key renamed on rank 1 after agreement: collective_mismatch on every rank" in text
     line = [ln for ln in text.splitlines() if ln.startswith("{")][-1]
     assert all(c["pass"] for c in json.loads(line)["headroom_checks"])
+
+
+def test_stats_bench_timings_on_gloo(tmp_path):
+    out = run([BENCH / "stats_reduce_torch.py", "--backend", "gloo", "--device", "cpu", "--iterations", "20",
+               "--warmup", "2", "--round", "5"], tmp_path)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "FAIL" not in out.stdout and "headroom/pr3645" in out.stdout
+    summary = json.loads([ln for ln in out.stdout.splitlines() if ln.startswith("{")][-1])
+    assert summary["backend"] == "gloo" and [r["keys"] for r in summary["results"]] == [8, 64, 512]
+    assert all(r["headroom_wall_us"] > 0 and r["pr3645_wall_us"] > 0 for r in summary["results"])
+    assert all(c["pass"] for c in summary["headroom_checks"])
