@@ -211,9 +211,21 @@ class executor {
   /// (a callback throws, a transfer fails), the peers are told through the transport before the
   /// exception leaves: their waits throw group_aborted instead of hanging, and a peer that had
   /// already finished its actions learns it at the step's closing handshake.
+  /// Returns step_result<loss_t<Stage, Stream>, buffer>. Unconstrained so that a stage without
+  /// forward / loss stops at the sentence below, not at loss_t's constraint.
   template <class Stage, output_retention R = retention::reduced, output_lifetime O = outputs::freed_when_sent>
+  auto step(Stage& stage, R r = {}, O o = {}) {
+    static_assert(forward_stage<Stage, Stream>,
+                  "pipeline::executor::step(stage): Stage is not a pipeline::forward_stage of the executor's stream "
+                  "type: give it forward(forward_args<Stream> const&) and a loss(loss_args<Stream> const&) that "
+                  "returns a movable, non-void value (and backward(backward_args<Stream> const&) to train)");
+    if constexpr (forward_stage<Stage, Stream>) return step_checked(stage, r, o);
+  }
+
+ private:
+  template <class Stage, class R, class O>
     requires forward_stage<Stage, Stream>
-  step_result<loss_t<Stage, Stream>, buffer> step(Stage& stage, R = {}, O = {}) {
+  step_result<loss_t<Stage, Stream>, buffer> step_checked(Stage& stage, R, O) {
     if constexpr (!pipeline_stage<Stage, Stream>) {
       expects(schedule_.forward_only(), "pipeline::executor::step: schedule '", schedule_.name(),
               "' trains (it has backwards); the stage has no backward member, expected a forward-only schedule");
@@ -242,7 +254,6 @@ class executor {
     return result;
   }
 
- private:
   // A receive posted and not yet waited on: the transport's ticket (host substrates that defer)
   // and the event after it on the transfer stream (two streams).
   struct pending_receive {

@@ -38,6 +38,7 @@ struct field {
   using value_type = T;
   using policy = Op;
   static constexpr std::string_view name = Name.view();
+  static constexpr auto key = Name;
   static constexpr value_kind kind = kind_of_v<T>;
   static constexpr reduce_op op = Op::op;
 };
@@ -59,6 +60,17 @@ template <fixed_string Name, class... Fs>
     if (names[i] == Name.view()) return i;
   return names.size();
 }
+
+// An unknown key's compile error spells the key and the valid keys as character packs, which
+// g++ and clang++ both print as text (a fixed_string argument prints mangled or as numbers).
+template <char... Chars>
+struct key {};
+template <fixed_string Name, std::size_t... I>
+auto spell_key(std::index_sequence<I...>) -> key<Name.chars[I]...>;
+template <fixed_string Name>
+using spelled_key = decltype(spell_key<Name>(std::make_index_sequence<Name.view().size()>{}));
+template <class UnknownKey, class... ValidKeys>
+inline constexpr bool unknown_key_given_valid_keys = false;
 }  // namespace detail
 
 /// A stats::field (detected by its marker: matching on the string template argument trips nvcc).
@@ -98,15 +110,15 @@ class report {
     requires(sizeof...(Fields) > 0)
       : values_(values...) {}
 
+  // Unconstrained so that an unknown key stops at the sentence in value_of, not at a
+  // constraint failure that prints the key mangled.
   template <fixed_string Name>
-    requires contains<Name>
   [[nodiscard]] constexpr auto& get() noexcept {
-    return std::get<detail::index_of<Name, Fields...>()>(values_);
+    return value_of<Name>(*this);
   }
   template <fixed_string Name>
-    requires contains<Name>
   [[nodiscard]] constexpr auto const& get() const noexcept {
-    return std::get<detail::index_of<Name, Fields...>()>(values_);
+    return value_of<Name>(*this);
   }
   template <std::size_t I>
     requires(I < sizeof...(Fields))
@@ -149,6 +161,19 @@ class report {
   }
 
  private:
+  template <fixed_string Name, class Self>
+  static constexpr auto& value_of(Self& self) noexcept {
+    if constexpr (contains<Name>) {
+      return std::get<detail::index_of<Name, Fields...>()>(self.values_);
+    } else {
+      static_assert(detail::unknown_key_given_valid_keys<detail::spelled_key<Name>, detail::spelled_key<Fields::key>...>,
+                    "stats::report::get<key>: unknown key, spelled out with the valid keys after it in "
+                    "unknown_key_given_valid_keys<key<...>, ...> in this diagnostic; use one of the names in the "
+                    "report's stats::field list (see headroom/stats/report.hpp), also in report::names");
+      return self.values_;  // not reached: the assertion above stops the build
+    }
+  }
+
   template <class Self, class Fn, std::size_t... I>
   static constexpr void for_each_impl(Self& self, Fn& fn, std::index_sequence<I...>) {
     (fn(names[I], std::get<I>(self.values_)), ...);
