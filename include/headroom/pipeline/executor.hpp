@@ -146,10 +146,21 @@ struct step_result {
   std::vector<kept_output<Buffer>> outputs;  // retention::all: the last stage's outputs, still allocated
 };
 
-template <byte_transport Comm, class Resource, class Stream = typename Comm::stream_type,
+// Checked by static_asserts rather than constraints, so that a wrong argument stops at a sentence.
+template <class Comm, class Resource, class Stream = typename Comm::stream_type,
           class Event = lifetime::event_type_for_t<Stream>>
-  requires stream_resource<Resource, Stream> && event<Event, Stream> && std::default_initializable<Event>
 class executor {
+  static_assert(byte_transport<Comm>,
+                "pipeline::executor<Comm, Resource>: Comm is not a pipeline::byte_transport (a headroom::communicator "
+                "whose send / recv take std::span<std::byte>); use a headroom substrate's communicator "
+                "(host::thread_communicator, MPI, NCCL) or add byte send / recv to yours");
+  static_assert(stream_resource<Resource, Stream>,
+                "pipeline::executor<Comm, Resource>: Resource is not a headroom::stream_resource on the "
+                "communicator's stream type; use that substrate's resource (host::aligned_resource on the host)");
+  static_assert(event<Event, Stream> && std::default_initializable<Event>,
+                "pipeline::executor<Comm, Resource, Stream, Event>: Event is not a default-constructible "
+                "headroom::event of Stream; leave it to its default, lifetime::event_type_for_t<Stream>");
+
  public:
   using communicator_type = Comm;
   using stream_type = Stream;
