@@ -31,9 +31,14 @@ namespace headroom::stats {
 using detail::fixed_string;
 
 /// One compile-time key: its name, element type (int64 or double) and reduction policy.
-template <fixed_string Name, stat_value T, reduction_policy Op = maximum>
-  requires(Name.view().size() > 0)
+/// Checked by static_asserts rather than constraints, so a wrong argument stops at a sentence.
+template <fixed_string Name, class T, class Op = maximum>
 struct field {
+  static_assert(Name.view().size() > 0, "stats::field<name, T>: the name is empty; give the key a name");
+  static_assert(stat_value<T>,
+                "stats::field<name, T>: T must be std::int64_t or double (values travel as 64-bit words); use "
+                "std::int64_t for counts and bytes (not int or std::size_t), double for the rest");
+  static_assert(reduction_policy<Op>, "stats::field<name, T, Op>: Op must be stats::maximum or stats::minimum");
   using stats_field_marker = void;
   using value_type = T;
   using policy = Op;
@@ -43,14 +48,27 @@ struct field {
   static constexpr reduce_op op = Op::op;
 };
 
+/// A stats::field (detected by its marker: matching on the string template argument trips nvcc).
+template <class F>
+concept field_type = requires {
+  typename F::stats_field_marker;
+  { F::name } -> std::convertible_to<std::string_view>;
+  requires stat_value<typename F::value_type>;
+  requires reduction_policy<typename F::policy>;
+};
+
 namespace detail {
 template <class... Fs>
 [[nodiscard]] consteval bool distinct_names() {
-  std::array<std::string_view, sizeof...(Fs)> const names{Fs::name...};
-  for (std::size_t i = 0; i < names.size(); ++i)
-    for (std::size_t j = i + 1; j < names.size(); ++j)
-      if (names[i] == names[j]) return false;
-  return true;
+  if constexpr (!(field_type<Fs> && ...)) {
+    return true;  // not fields: report's first static_assert says so
+  } else {
+    std::array<std::string_view, sizeof...(Fs)> const names{Fs::name...};
+    for (std::size_t i = 0; i < names.size(); ++i)
+      for (std::size_t j = i + 1; j < names.size(); ++j)
+        if (names[i] == names[j]) return false;
+    return true;
+  }
 }
 
 template <fixed_string Name, class... Fs>
@@ -73,19 +91,17 @@ template <class UnknownKey, class... ValidKeys>
 inline constexpr bool unknown_key_given_valid_keys = false;
 }  // namespace detail
 
-/// A stats::field (detected by its marker: matching on the string template argument trips nvcc).
-template <class F>
-concept field_type = requires {
-  typename F::stats_field_marker;
-  { F::name } -> std::convertible_to<std::string_view>;
-  requires stat_value<typename F::value_type>;
-  requires reduction_policy<typename F::policy>;
-};
-
 /// A report whose keys, element types and ops are fixed at compile time. Names must differ.
-template <field_type... Fields>
-  requires(detail::distinct_names<Fields...>())
+/// Checked by static_asserts rather than constraints, so a wrong argument stops at a sentence.
+template <class... Fields>
 class report {
+  static_assert((field_type<Fields> && ...),
+                "stats::report<Fields...>: every argument must be a stats::field<name, T> or "
+                "stats::field<name, T, Op>");
+  static_assert(detail::distinct_names<Fields...>(),
+                "stats::report<Fields...>: two fields have the same name; the names are the keys, so each must "
+                "be unique");
+
  public:
   static constexpr std::size_t size() noexcept { return sizeof...(Fields); }
   static constexpr bool empty() noexcept { return size() == 0; }
@@ -190,10 +206,10 @@ template <class... A, class... B, std::size_t... I, std::size_t... J>
 }
 }  // namespace detail
 
-/// The fields of `a` then those of `b` in one report (names must stay distinct), e.g. an
-/// allocator's counts next to the device's free memory, reduced in one collective.
+/// The fields of `a` then those of `b` in one report (names must stay distinct: report's
+/// static_assert says so otherwise), e.g. an allocator's counts next to the device's free
+/// memory, reduced in one collective.
 template <class... A, class... B>
-  requires requires { typename report<A..., B...>; }
 [[nodiscard]] constexpr report<A..., B...> join(report<A...> const& a, report<B...> const& b) {
   return detail::join_impl(a, b, std::index_sequence_for<A...>{}, std::index_sequence_for<B...>{});
 }
