@@ -145,9 +145,10 @@ void chunk_to_sequence_order(partition<L> const& p, gather_chunk const& c, matri
 /// all-gather; a smaller workspace (at least the longest padded sequence, and the same on every
 /// rank) gathers whole sequences in chunks, one all-gather each, so the transient memory is
 /// bounded by the workspace (gather_workspace_rows(p, limit) says how many rows to pass).
-template <communicator C, layout_policy L, row_element T>
+template <communicator C, layout_policy L, class T>
 void gather(C& comm, partition<L> const& p, matrix_view<T const> local, matrix_view<T> out, matrix_view<T> workspace,
             typename C::stream_type const& s = {}) {
+  static_assert(detail::checked_row_element<T>);
   char const* op = "cp::gather";
   bool const chunked = !std::same_as<L, contiguous> && workspace.rows < p.global_rows();
   std::vector<gather_chunk> chunks;
@@ -183,9 +184,10 @@ void gather(C& comm, partition<L> const& p, matrix_view<T const> local, matrix_v
 }
 
 /// Host gather that allocates its workspace.
-template <communicator C, layout_policy L, row_element T>
+template <communicator C, layout_policy L, class T>
 void gather(C& comm, partition<L> const& p, matrix_view<T const> local, matrix_view<T> out,
             typename C::stream_type const& s = {}) {
+  static_assert(detail::checked_row_element<T>);
   host::aligned_resource mr;
   std::size_t const bytes = detail::rows_bytes(gather_workspace_rows(p), local.row_bytes(), "cp::gather", "workspace");
   void* w = mr.allocate({}, bytes, alignof(T) > 64 ? alignof(T) : 64);
@@ -201,9 +203,11 @@ void gather(C& comm, partition<L> const& p, matrix_view<T const> local, matrix_v
 /// Backward of gather: dx_local = sum over ranks k of split(dy_k). Needs an arithmetic element
 /// (the reduce-scatter sums). `workspace` is [gather_workspace_rows(p), width].
 template <communicator C, layout_policy L, class T>
-  requires std::is_arithmetic_v<T>
 void gather_adjoint(C& comm, partition<L> const& p, matrix_view<T const> dy, matrix_view<T> dx_local,
                     matrix_view<T> workspace, typename C::stream_type const& s = {}) {
+  static_assert(std::is_arithmetic_v<T>,
+                "cp::gather_adjoint: the element type T is not arithmetic, and the adjoint sums the ranks' "
+                "gradients (a reduce-scatter); use float, double or an integer type");
   char const* op = "cp::gather_adjoint";
   detail::agree_before_collective(comm, detail::batch_fingerprint(p, dy.width, sizeof(T)), s, op, [&] {
     detail::expect_group(comm, p, op);

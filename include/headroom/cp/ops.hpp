@@ -33,6 +33,18 @@ template <class T>
 concept row_element = std::is_trivially_copyable_v<T> && !std::is_const_v<T> && !std::is_volatile_v<T>;
 
 namespace detail {
+// The ops take any element type and check it first with `static_assert(checked_row_element<T>)`,
+// so a wrong one stops at this sentence rather than at "no matching function". The assertion
+// sits in a lambda so that the ops share one sentence and it fires where the op is instantiated.
+template <class T>
+inline constexpr bool checked_row_element = [] {
+  static_assert(row_element<T>,
+                "cp ops (pad, split, gather, ...): the element type T of cp::matrix_view<T> is not a cp::row_element "
+                "(trivially copyable, not const or volatile); use a trivially copyable type such as float, "
+                "std::int64_t or std::byte, and matrix_view<T const> for inputs only");
+  return true;
+}();
+
 template <class T, class U>
 void expect_disjoint(matrix_view<T> const& a, matrix_view<U> const& b, char const* op) {
   auto const* a0 = reinterpret_cast<std::byte const*>(a.data);
@@ -57,8 +69,9 @@ void expect_same_batch(padding const& pad, partition<L> const& p, char const* op
 }
 }  // namespace detail
 
-template <row_element T>
+template <class T>
 void pad(padding const& pd, matrix_view<T const> raw, matrix_view<T> padded, T const& pad_value = T{}) {
+  static_assert(detail::checked_row_element<T>);
   detail::expect_shape(raw, pd.raw_rows(), raw.width, "cp::pad", "raw input");
   detail::expect_shape(padded, pd.padded_rows(), raw.width, "cp::pad", "padded output");
   detail::expect_disjoint(raw, padded, "cp::pad");
@@ -71,8 +84,9 @@ void pad(padding const& pd, matrix_view<T const> raw, matrix_view<T> padded, T c
   }
 }
 
-template <row_element T>
+template <class T>
 void unpad(padding const& pd, matrix_view<T const> padded, matrix_view<T> raw) {
+  static_assert(detail::checked_row_element<T>);
   detail::expect_shape(padded, pd.padded_rows(), padded.width, "cp::unpad", "padded input");
   detail::expect_shape(raw, pd.raw_rows(), padded.width, "cp::unpad", "raw output");
   detail::expect_disjoint(padded, raw, "cp::unpad");
@@ -84,8 +98,9 @@ void unpad(padding const& pd, matrix_view<T const> padded, matrix_view<T> raw) {
   }
 }
 
-template <layout_policy L, row_element T>
+template <layout_policy L, class T>
 void split(partition<L> const& p, matrix_view<T const> global, matrix_view<T> local) {
+  static_assert(detail::checked_row_element<T>);
   detail::expect_shape(global, p.global_rows(), global.width, "cp::split", "global input");
   detail::expect_shape(local, p.local_rows(), global.width, "cp::split", "local output");
   detail::expect_disjoint(global, local, "cp::split");
@@ -94,8 +109,9 @@ void split(partition<L> const& p, matrix_view<T const> global, matrix_view<T> lo
 
 /// The adjoint (transpose) of split: local rows go back to their global positions, every row
 /// this rank does not hold is zero (T{}). Summing it over the CP ranks inverts split.
-template <layout_policy L, row_element T>
+template <layout_policy L, class T>
 void split_adjoint(partition<L> const& p, matrix_view<T const> local, matrix_view<T> global) {
+  static_assert(detail::checked_row_element<T>);
   detail::expect_shape(local, p.local_rows(), local.width, "cp::split_adjoint", "local input");
   detail::expect_shape(global, p.global_rows(), local.width, "cp::split_adjoint", "global output");
   detail::expect_disjoint(local, global, "cp::split_adjoint");
@@ -104,8 +120,9 @@ void split_adjoint(partition<L> const& p, matrix_view<T const> local, matrix_vie
 }
 
 /// Rank-major concatenation of every rank's local rows (an all-gather's output) -> sequence order.
-template <layout_policy L, row_element T>
+template <layout_policy L, class T>
 void to_sequence_order(partition<L> const& p, matrix_view<T const> rank_major, matrix_view<T> sequence) {
+  static_assert(detail::checked_row_element<T>);
   detail::expect_shape(rank_major, p.global_rows(), rank_major.width, "cp::to_sequence_order", "rank-major input");
   detail::expect_shape(sequence, p.global_rows(), rank_major.width, "cp::to_sequence_order", "sequence-order output");
   detail::expect_disjoint(rank_major, sequence, "cp::to_sequence_order");
@@ -116,8 +133,9 @@ void to_sequence_order(partition<L> const& p, matrix_view<T const> rank_major, m
 }
 
 /// Sequence order -> rank-major concatenation (TE's thd_sequence_order_to_cp_rank_order).
-template <layout_policy L, row_element T>
+template <layout_policy L, class T>
 void to_rank_order(partition<L> const& p, matrix_view<T const> sequence, matrix_view<T> rank_major) {
+  static_assert(detail::checked_row_element<T>);
   detail::expect_shape(sequence, p.global_rows(), sequence.width, "cp::to_rank_order", "sequence-order input");
   detail::expect_shape(rank_major, p.global_rows(), sequence.width, "cp::to_rank_order", "rank-major output");
   detail::expect_disjoint(sequence, rank_major, "cp::to_rank_order");
@@ -128,9 +146,10 @@ void to_rank_order(partition<L> const& p, matrix_view<T const> sequence, matrix_
 }
 
 /// split(pad(raw)) without materialising the padded tensor.
-template <layout_policy L, row_element T>
+template <layout_policy L, class T>
 void pad_split(padding const& pd, partition<L> const& p, matrix_view<T const> raw, matrix_view<T> local,
                T const& pad_value = T{}) {
+  static_assert(detail::checked_row_element<T>);
   detail::expect_same_batch(pd, p, "cp::pad_split");
   detail::expect_shape(raw, pd.raw_rows(), raw.width, "cp::pad_split", "raw input");
   detail::expect_shape(local, p.local_rows(), raw.width, "cp::pad_split", "local output");
@@ -149,11 +168,12 @@ void pad_split(padding const& pd, partition<L> const& p, matrix_view<T const> ra
 /// -1 and then split (AReaL #1223): rolling a CP-local buffer is wrong at chunk boundaries.
 /// mask[t] = raw_mask[next raw token of the same sequence], and 0 for the last real token of a
 /// sequence and for every pad, so cross-sequence and wrapped labels are never counted.
-template <layout_policy L, row_element T, class M>
+template <layout_policy L, class T, class M>
   requires std::is_arithmetic_v<M>
 void shifted_label_split(padding const& pd, partition<L> const& p, matrix_view<T const> raw_ids,
                          matrix_view<T> local_labels, std::span<M const> raw_loss_mask, std::span<M> local_mask,
                          T const& pad_value = T{}) {
+  static_assert(detail::checked_row_element<T>);
   char const* op = "cp::shifted_label_split";
   detail::expect_same_batch(pd, p, op);
   detail::expect_shape(raw_ids, pd.raw_rows(), raw_ids.width, op, "raw ids");

@@ -60,10 +60,22 @@ enum class guard_state : std::uint8_t { empty, live, released };
   return "?";
 }
 
+// The policy is checked by static_asserts rather than the requires clause, so that a policy the
+// resource cannot serve stops at a sentence naming what it needs.
 template <class Resource, class Stream, class Event, class Policy = stream_ordered>
   requires stream_resource<Resource, Stream> && event<Event, Stream> && std::default_initializable<Event> &&
-           std::movable<Event> && release_policy_for<Policy, Resource, Stream, Event>
+           std::movable<Event>
 class guard {
+  static_assert(!std::same_as<Policy, deferred> || quarantining_resource<Resource, Stream, Event>,
+                "lifetime::guard<Resource, Stream, Event, lifetime::deferred>: the deferred policy quarantines "
+                "released blocks, so Resource must be a lifetime::quarantining_resource: use "
+                "lifetime::deferred_reclaimer<Resource, Stream, Event> (lifetime::host_deferred_guard on the host), "
+                "or the stream_ordered / blocking policy on a plain resource");
+  static_assert(std::same_as<Policy, deferred> || release_policy_for<Policy, Resource, Stream, Event>,
+                "lifetime::guard<Resource, Stream, Event, Policy>: Policy is not a lifetime::release_policy_for "
+                "this resource (an empty tag with a static name and a static release(resource, stream, block, "
+                "uses)); use lifetime::stream_ordered, lifetime::blocking or lifetime::deferred");
+
  public:
   using resource_type = Resource;
   using stream_type = Stream;

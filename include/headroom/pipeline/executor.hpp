@@ -146,10 +146,21 @@ struct step_result {
   std::vector<kept_output<Buffer>> outputs;  // retention::all: the last stage's outputs, still allocated
 };
 
-template <byte_transport Comm, class Resource, class Stream = typename Comm::stream_type,
+// Checked by static_asserts rather than constraints, so that a wrong argument stops at a sentence.
+template <class Comm, class Resource, class Stream = typename Comm::stream_type,
           class Event = lifetime::event_type_for_t<Stream>>
-  requires stream_resource<Resource, Stream> && event<Event, Stream> && std::default_initializable<Event>
 class executor {
+  static_assert(byte_transport<Comm>,
+                "pipeline::executor<Comm, Resource>: Comm is not a pipeline::byte_transport (a headroom::communicator "
+                "whose send / recv take std::span<std::byte>); use a headroom substrate's communicator "
+                "(host::thread_communicator, MPI, NCCL) or add byte send / recv to yours");
+  static_assert(stream_resource<Resource, Stream>,
+                "pipeline::executor<Comm, Resource>: Resource is not a headroom::stream_resource on the "
+                "communicator's stream type; use that substrate's resource (host::aligned_resource on the host)");
+  static_assert(event<Event, Stream> && std::default_initializable<Event>,
+                "pipeline::executor<Comm, Resource, Stream, Event>: Event is not a default-constructible "
+                "headroom::event of Stream; leave it to its default, lifetime::event_type_for_t<Stream>");
+
  public:
   using communicator_type = Comm;
   using stream_type = Stream;
@@ -211,9 +222,21 @@ class executor {
   /// (a callback throws, a transfer fails), the peers are told through the transport before the
   /// exception leaves: their waits throw group_aborted instead of hanging, and a peer that had
   /// already finished its actions learns it at the step's closing handshake.
+  /// Returns step_result<loss_t<Stage, Stream>, buffer>. Unconstrained so that a stage without
+  /// forward / loss stops at the sentence below, not at loss_t's constraint.
   template <class Stage, output_retention R = retention::reduced, output_lifetime O = outputs::freed_when_sent>
+  auto step(Stage& stage, R r = {}, O o = {}) {
+    static_assert(forward_stage<Stage, Stream>,
+                  "pipeline::executor::step(stage): Stage is not a pipeline::forward_stage of the executor's stream "
+                  "type: give it forward(forward_args<Stream> const&) and a loss(loss_args<Stream> const&) that "
+                  "returns a movable, non-void value (and backward(backward_args<Stream> const&) to train)");
+    if constexpr (forward_stage<Stage, Stream>) return step_checked(stage, r, o);
+  }
+
+ private:
+  template <class Stage, class R, class O>
     requires forward_stage<Stage, Stream>
-  step_result<loss_t<Stage, Stream>, buffer> step(Stage& stage, R = {}, O = {}) {
+  step_result<loss_t<Stage, Stream>, buffer> step_checked(Stage& stage, R, O) {
     if constexpr (!pipeline_stage<Stage, Stream>) {
       expects(schedule_.forward_only(), "pipeline::executor::step: schedule '", schedule_.name(),
               "' trains (it has backwards); the stage has no backward member, expected a forward-only schedule");
@@ -242,7 +265,6 @@ class executor {
     return result;
   }
 
- private:
   // A receive posted and not yet waited on: the transport's ticket (host substrates that defer)
   // and the event after it on the transfer stream (two streams).
   struct pending_receive {

@@ -353,8 +353,18 @@ inline void lay_out(plan& p) {
 
 /// Plans a pool for `w`. Throws invalid_argument for an invalid workload (see validate), a
 /// buffer count outside [2, 64] or an alignment that is not a power of two.
-template <planner_policy Planner, category_policy Category = by_dtype, padding_policy Padding = no_padding>
+/// Unconstrained so that a wrong policy stops at one of these sentences (docs/errors.md).
+template <class Planner, class Category = by_dtype, class Padding = no_padding>
 [[nodiscard]] plan make_plan(workload const& w, plan_options const& options = {}, Padding const& padding = {}) {
+  static_assert(planner_policy<Planner>,
+                "pool::make_plan<Planner>: Planner must be pool::fixed or pool::max; for pool::interval call "
+                "pool::make_interval_plan(workload, orders), which needs the execution order");
+  static_assert(category_policy<Category>,
+                "pool::make_plan<Planner, Category>: Category is not a pool::category_policy (static name, "
+                "category_of(bucket) and category_name(id)); use pool::by_dtype or pool::by_bytes");
+  static_assert(padding_policy<Padding>,
+                "pool::make_plan<Planner, Category, Padding>: Padding is not a pool::padding_policy (copyable, "
+                "padded_bytes(bucket) and describe()); use pool::no_padding, pool::pad_elements or pool::align_bytes<N>");
   validate(w);
   expects(options.buffers >= 2 && options.buffers <= max_buffers, "pool::make_plan: buffers = ", options.buffers,
           "; expected 2 <= buffers <= ", max_buffers, " (double buffering needs at least 2)");

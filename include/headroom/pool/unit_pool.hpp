@@ -74,9 +74,25 @@ namespace headroom::pool {
 template <class Stream, class Event, class Upstream, class Assignment = strict, class NonUnit = dynamic,
           class ReleaseOrder = record_if_cross_stream, class OffTrace = reject_off_trace>
   requires stream<Stream> && event<Event, Stream> && std::default_initializable<Event> &&
-           stream_resource<Upstream, Stream> && assignment_policy<Assignment> && non_unit_policy<NonUnit> &&
-           release_order_policy<ReleaseOrder> && off_trace_policy<OffTrace>
+           stream_resource<Upstream, Stream>
 class unit_pool {
+  // The policies are positional tags, easy to put in the wrong slot: static_asserts, so such a
+  // mistake stops at a sentence naming the slot and its choices (the substrate types above keep
+  // their requires clause: the concept that fails names what is wrong).
+  static_assert(assignment_policy<Assignment>,
+                "pool::unit_pool<Stream, Event, Upstream, Assignment>: Assignment is not a pool::assignment_policy; "
+                "use pool::strict or pool::first_free (NonUnit, ReleaseOrder and OffTrace come after it)");
+  static_assert(non_unit_policy<NonUnit>,
+                "pool::unit_pool<Stream, Event, Upstream, Assignment, NonUnit>: NonUnit is not a "
+                "pool::non_unit_policy; use pool::dynamic or pool::persistent");
+  static_assert(release_order_policy<ReleaseOrder>,
+                "pool::unit_pool<Stream, Event, Upstream, Assignment, NonUnit, ReleaseOrder>: ReleaseOrder is not a "
+                "pool::release_order_policy; use pool::record_if_cross_stream, pool::record_at_release or "
+                "pool::record_at_reuse");
+  static_assert(off_trace_policy<OffTrace>,
+                "pool::unit_pool<Stream, Event, Upstream, Assignment, NonUnit, ReleaseOrder, OffTrace>: OffTrace is "
+                "not a pool::off_trace_policy; use pool::reject_off_trace or pool::fallback_off_trace");
+
   static constexpr std::uint32_t none = std::numeric_limits<std::uint32_t>::max();
 
  public:

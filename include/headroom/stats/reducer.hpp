@@ -45,6 +45,36 @@ namespace headroom::stats {
 template <class R>
 concept reducible_report = typed_report<R> || std::same_as<std::remove_cvref_t<R>, dynamic_report>;
 
+namespace detail {
+/// The communicator behind a reducer argument passed by reference or by pointer.
+template <class C>
+using communicator_of = std::remove_cv_t<std::remove_pointer_t<std::remove_cvref_t<C>>>;
+
+/// True when some form of reducer<Staging>::max / gather takes (report, communicator).
+template <class Staging, class R, class C>
+concept reducer_arguments =
+    reducible_report<R> && communicator<communicator_of<C>> && staging_for<Staging, communicator_of<C>>;
+
+// The sentence for the arguments the reducer does not take. Its return type is deduced (and so
+// is its callers'), so g++ instantiates it at the call, before any error about the result.
+template <class Staging, class R, class C>
+constexpr auto reducer_arguments_error() {
+  static_assert(reducible_report<R>,
+                "stats::reducer::max / gather(report, comm): report is not a stats::report<...> or a "
+                "stats::dynamic_report; pack the values into one of those");
+  static_assert(!reducible_report<R> || communicator<communicator_of<C>>,
+                "stats::reducer::max / gather(report, comm): comm is not a headroom::communicator (a stream_type, "
+                "rank(), size(), barrier and the collectives); pass a host::thread_communicator, an MPI or NCCL "
+                "communicator, or a type with those members");
+  static_assert(!reducible_report<R> || !communicator<communicator_of<C>> ||
+                    staging_for<Staging, communicator_of<C>>,
+                "stats::reducer<Staging>::max / gather(report, comm): Staging cannot run the collective on this "
+                "communicator; stats::host_staging needs host buffers (thread_group, MPI), so use "
+                "stats::cuda::blocking_device_staging for a device communicator such as NCCL");
+  return 0;
+}
+}  // namespace detail
+
 template <class Staging = host_staging, nan_policy Nan = propagate_nan, empty_policy Empty = join_when_empty>
 class reducer {
  public:
@@ -98,6 +128,29 @@ class reducer {
   [[nodiscard]] std::optional<rank_table> gather_to(int writer, R const& r, C& comm,
                                                     typename C::stream_type const& s = {}) {
     return run_gather(r, comm, s, writer);
+  }
+
+  /// Any other (report, communicator): stops at a sentence saying which one is wrong and what to
+  /// use, instead of the candidates above failing one by one.
+  template <class R, class C, class... Rest>
+    requires(!detail::reducer_arguments<Staging, R, C>)
+  auto max(R const&, C&&, Rest&&...) {
+    return detail::reducer_arguments_error<Staging, R, C>();
+  }
+  template <class R, class C, class... Rest>
+    requires(!detail::reducer_arguments<Staging, R, C>)
+  auto max_to(int, R const&, C&&, Rest&&...) {
+    return detail::reducer_arguments_error<Staging, R, C>();
+  }
+  template <class R, class C, class... Rest>
+    requires(!detail::reducer_arguments<Staging, R, C>)
+  auto gather(R const&, C&&, Rest&&...) {
+    return detail::reducer_arguments_error<Staging, R, C>();
+  }
+  template <class R, class C, class... Rest>
+    requires(!detail::reducer_arguments<Staging, R, C>)
+  auto gather_to(int, R const&, C&&, Rest&&...) {
+    return detail::reducer_arguments_error<Staging, R, C>();
   }
 
  private:

@@ -31,35 +31,22 @@ namespace headroom::stats {
 using detail::fixed_string;
 
 /// One compile-time key: its name, element type (int64 or double) and reduction policy.
-template <fixed_string Name, stat_value T, reduction_policy Op = maximum>
-  requires(Name.view().size() > 0)
+/// Checked by static_asserts rather than constraints, so a wrong argument stops at a sentence.
+template <fixed_string Name, class T, class Op = maximum>
 struct field {
+  static_assert(Name.view().size() > 0, "stats::field<name, T>: the name is empty; give the key a name");
+  static_assert(stat_value<T>,
+                "stats::field<name, T>: T must be std::int64_t or double (values travel as 64-bit words); use "
+                "std::int64_t for counts and bytes (not int or std::size_t), double for the rest");
+  static_assert(reduction_policy<Op>, "stats::field<name, T, Op>: Op must be stats::maximum or stats::minimum");
   using stats_field_marker = void;
   using value_type = T;
   using policy = Op;
   static constexpr std::string_view name = Name.view();
+  static constexpr auto key = Name;
   static constexpr value_kind kind = kind_of_v<T>;
   static constexpr reduce_op op = Op::op;
 };
-
-namespace detail {
-template <class... Fs>
-[[nodiscard]] consteval bool distinct_names() {
-  std::array<std::string_view, sizeof...(Fs)> const names{Fs::name...};
-  for (std::size_t i = 0; i < names.size(); ++i)
-    for (std::size_t j = i + 1; j < names.size(); ++j)
-      if (names[i] == names[j]) return false;
-  return true;
-}
-
-template <fixed_string Name, class... Fs>
-[[nodiscard]] consteval std::size_t index_of() {
-  std::array<std::string_view, sizeof...(Fs)> const names{Fs::name...};
-  for (std::size_t i = 0; i < names.size(); ++i)
-    if (names[i] == Name.view()) return i;
-  return names.size();
-}
-}  // namespace detail
 
 /// A stats::field (detected by its marker: matching on the string template argument trips nvcc).
 template <class F>
@@ -70,10 +57,51 @@ concept field_type = requires {
   requires reduction_policy<typename F::policy>;
 };
 
+namespace detail {
+template <class... Fs>
+[[nodiscard]] consteval bool distinct_names() {
+  if constexpr (!(field_type<Fs> && ...)) {
+    return true;  // not fields: report's first static_assert says so
+  } else {
+    std::array<std::string_view, sizeof...(Fs)> const names{Fs::name...};
+    for (std::size_t i = 0; i < names.size(); ++i)
+      for (std::size_t j = i + 1; j < names.size(); ++j)
+        if (names[i] == names[j]) return false;
+    return true;
+  }
+}
+
+template <fixed_string Name, class... Fs>
+[[nodiscard]] consteval std::size_t index_of() {
+  std::array<std::string_view, sizeof...(Fs)> const names{Fs::name...};
+  for (std::size_t i = 0; i < names.size(); ++i)
+    if (names[i] == Name.view()) return i;
+  return names.size();
+}
+
+// An unknown key's compile error spells the key and the valid keys as character packs, which
+// g++ and clang++ both print as text (a fixed_string argument prints mangled or as numbers).
+template <char... Chars>
+struct key {};
+template <fixed_string Name, std::size_t... I>
+auto spell_key(std::index_sequence<I...>) -> key<Name.chars[I]...>;
+template <fixed_string Name>
+using spelled_key = decltype(spell_key<Name>(std::make_index_sequence<Name.view().size()>{}));
+template <class UnknownKey, class... ValidKeys>
+inline constexpr bool unknown_key_given_valid_keys = false;
+}  // namespace detail
+
 /// A report whose keys, element types and ops are fixed at compile time. Names must differ.
-template <field_type... Fields>
-  requires(detail::distinct_names<Fields...>())
+/// Checked by static_asserts rather than constraints, so a wrong argument stops at a sentence.
+template <class... Fields>
 class report {
+  static_assert((field_type<Fields> && ...),
+                "stats::report<Fields...>: every argument must be a stats::field<name, T> or "
+                "stats::field<name, T, Op>");
+  static_assert(detail::distinct_names<Fields...>(),
+                "stats::report<Fields...>: two fields have the same name; the names are the keys, so each must "
+                "be unique");
+
  public:
   static constexpr std::size_t size() noexcept { return sizeof...(Fields); }
   static constexpr bool empty() noexcept { return size() == 0; }
@@ -98,15 +126,15 @@ class report {
     requires(sizeof...(Fields) > 0)
       : values_(values...) {}
 
+  // Unconstrained so that an unknown key stops at the sentence in value_of, not at a
+  // constraint failure that prints the key mangled.
   template <fixed_string Name>
-    requires contains<Name>
   [[nodiscard]] constexpr auto& get() noexcept {
-    return std::get<detail::index_of<Name, Fields...>()>(values_);
+    return value_of<Name>(*this);
   }
   template <fixed_string Name>
-    requires contains<Name>
   [[nodiscard]] constexpr auto const& get() const noexcept {
-    return std::get<detail::index_of<Name, Fields...>()>(values_);
+    return value_of<Name>(*this);
   }
   template <std::size_t I>
     requires(I < sizeof...(Fields))
@@ -149,6 +177,19 @@ class report {
   }
 
  private:
+  template <fixed_string Name, class Self>
+  static constexpr auto& value_of(Self& self) noexcept {
+    if constexpr (contains<Name>) {
+      return std::get<detail::index_of<Name, Fields...>()>(self.values_);
+    } else {
+      static_assert(detail::unknown_key_given_valid_keys<detail::spelled_key<Name>, detail::spelled_key<Fields::key>...>,
+                    "stats::report::get<key>: unknown key, spelled out with the valid keys after it in "
+                    "unknown_key_given_valid_keys<key<...>, ...> in this diagnostic; use one of the names in the "
+                    "report's stats::field list (see headroom/stats/report.hpp), also in report::names");
+      return self.values_;  // not reached: the assertion above stops the build
+    }
+  }
+
   template <class Self, class Fn, std::size_t... I>
   static constexpr void for_each_impl(Self& self, Fn& fn, std::index_sequence<I...>) {
     (fn(names[I], std::get<I>(self.values_)), ...);
@@ -165,10 +206,10 @@ template <class... A, class... B, std::size_t... I, std::size_t... J>
 }
 }  // namespace detail
 
-/// The fields of `a` then those of `b` in one report (names must stay distinct), e.g. an
-/// allocator's counts next to the device's free memory, reduced in one collective.
+/// The fields of `a` then those of `b` in one report (names must stay distinct: report's
+/// static_assert says so otherwise), e.g. an allocator's counts next to the device's free
+/// memory, reduced in one collective.
 template <class... A, class... B>
-  requires requires { typename report<A..., B...>; }
 [[nodiscard]] constexpr report<A..., B...> join(report<A...> const& a, report<B...> const& b) {
   return detail::join_impl(a, b, std::index_sequence_for<A...>{}, std::index_sequence_for<B...>{});
 }

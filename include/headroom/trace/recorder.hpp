@@ -41,9 +41,14 @@ struct recorder_options {
   bool timestamps = true;
 };
 
+// Checked by a static_assert rather than a requires clause, so a wrong policy stops at a sentence.
 template <class Policy = single_thread>
-  requires recording_policy<Policy>
 class recorder {
+  static_assert(recording_policy<Policy>,
+                "trace::recorder<Policy>: Policy is not a trace::recording_policy (records, and when it records: "
+                "per_thread_buffers, shards and a lockable mutex_type); use trace::single_thread, trace::shared "
+                "or trace::off");
+
  public:
   using policy_type = Policy;
   using live_table_type = sharded_live_table<typename Policy::mutex_type, Policy::shards>;

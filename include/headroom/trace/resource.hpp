@@ -25,9 +25,18 @@ namespace headroom::trace {
 struct block_events {};
 struct segment_events {};
 
+// Checked by static_asserts rather than a requires clause, so a wrong argument stops at a sentence.
 template <class Upstream, class Recorder, class Events = block_events>
-  requires event_sink<Recorder> && (std::same_as<Events, block_events> || std::same_as<Events, segment_events>)
 class recording_resource {
+  static_assert(event_sink<Recorder>,
+                "trace::recording_resource<Upstream, Recorder>: Recorder is not a trace::event_sink (a static "
+                "records flag and the alloc / free_requested / free_completed / segment_alloc / segment_free "
+                "hooks); use trace::recorder<trace::single_thread>, trace::recorder<trace::shared> or "
+                "trace::recorder<trace::off>");
+  static_assert(std::same_as<Events, block_events> || std::same_as<Events, segment_events>,
+                "trace::recording_resource<Upstream, Recorder, Events>: Events must be trace::block_events or "
+                "trace::segment_events");
+
   // Distinct empty types, so that both members take no room under recorder<off>.
   template <int>
   struct nothing {
