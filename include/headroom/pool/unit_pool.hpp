@@ -192,7 +192,7 @@ class unit_pool {
     for (std::uint32_t b = 0; b < count; ++b) {
       auto& st = bs[b];
       if (st.slot != none) {
-        order_.free_slot(st.slot, s, event);
+        order_.free_slot(st.slot, event);
         holder_[st.slot] = none;
         free_mask_[st.shape] |= std::uint64_t{1} << st.group;
         st.slot = none;

@@ -9,6 +9,7 @@
 // release re-records the event that has been idle longest, not the one another stream waited on
 // a moment ago (as a bare loop over per-unit events does).
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -24,15 +25,16 @@ class release_events {
   explicit release_events(std::size_t slots)
       : events_(slots == 0 ? 0 : slots + spare),
         holds_(events_.size(), 0),
-        ring_(events_.size(), 0),
-        capacity_(static_cast<std::uint32_t>(events_.size())) {
+        ring_(std::bit_ceil(events_.size()), 0),
+        count_(static_cast<std::uint32_t>(events_.size())),
+        mask_(static_cast<std::uint32_t>(ring_.size()) - 1) {
     reset();
   }
 
   /// The event the next release takes (record it, then claim it: recording may throw).
   [[nodiscard]] std::uint32_t next() const noexcept { return ring_[head_]; }
   void claim() noexcept {
-    head_ = head_ + 1 == capacity_ ? 0 : head_ + 1;
+    head_ = (head_ + 1) & mask_;
     --free_;
   }
   /// A claimed event that no slot came to hold is free again.
@@ -46,9 +48,9 @@ class release_events {
   /// Every event free (after clear_release_events).
   void reset() noexcept {
     std::fill(holds_.begin(), holds_.end(), 0);
-    for (std::uint32_t e = 0; e < capacity_; ++e) ring_[e] = e;
+    for (std::uint32_t e = 0; e < count_; ++e) ring_[e] = e;
     head_ = 0;
-    free_ = capacity_;
+    free_ = count_;
   }
 
   [[nodiscard]] Event& operator[](std::uint32_t e) noexcept { return events_[e]; }
@@ -57,14 +59,16 @@ class release_events {
 
  private:
   void push(std::uint32_t e) noexcept {
-    std::uint32_t const at = head_ + free_;
-    ring_[at >= capacity_ ? at - capacity_ : at] = e;
+    ring_[(head_ + free_) & mask_] = e;
     ++free_;
   }
   std::vector<Event> events_;
   std::vector<std::uint32_t> holds_;  // per event: free slots still waiting on it
-  std::vector<std::uint32_t> ring_;   // free events from ring_[head_], oldest first (FIFO)
-  std::uint32_t capacity_ = 0;  // events_.size(), kept here: the hot path wraps around it
+  // Free events from ring_[head_], oldest first (FIFO); a power of two long, so indices wrap
+  // with a mask.
+  std::vector<std::uint32_t> ring_;
+  std::uint32_t count_ = 0;  // events_.size()
+  std::uint32_t mask_ = 0;   // ring_.size() - 1
   std::uint32_t head_ = 0;
   std::uint32_t free_ = 0;
 };

@@ -46,11 +46,9 @@ class stream_order {
     events_.claim();
     return e;
   }
-  /// Slot `i` is free after the release `e` on `s` (end_release counts the slots on `e`).
-  void free_slot(std::uint32_t i, Stream const& s, std::uint32_t e) noexcept {
+  /// Slot `i` is free after the release `e` (end_release counts the slots on `e`).
+  void free_slot(std::uint32_t i, std::uint32_t e) noexcept {
     auto& sl = slots_[i];
-    sl.release_stream = s;
-    sl.pending = true;
     sl.waited = false;
     sl.event = e;
   }
@@ -71,14 +69,15 @@ class stream_order {
   template <bool Mark>
   void wait_for(std::uint32_t i, Stream const& s, std::uint32_t* waited, std::uint64_t& waits) noexcept {
     auto& sl = slots_[i];
-    if (!sl.pending || sl.release_stream == s) return;
+    std::uint32_t const e = sl.event;
+    if (e == none) return;  // not pending
+    auto const& re = release_[e];
+    if (re.stream == s) return;
     if constexpr (Mark) {
       if (sl.waited && sl.waited_by == s) return;
       sl.waited = true;  // s is ordered after the release from here on (stream order)
       sl.waited_by = s;
     }
-    std::uint32_t const e = sl.event;
-    auto const& re = release_[e];
     for (std::uint64_t k = 0; k < waits; ++k) {
       std::uint32_t& w = waited[k];
       auto const& rw = release_[w];
@@ -106,23 +105,19 @@ class stream_order {
   /// Slot `i` is taken: it no longer follows its release (its event is free once no slot does).
   void take(std::uint32_t i) noexcept {
     auto& sl = slots_[i];
-    if (!sl.pending) return;
-    sl.pending = false;
+    if (sl.event == none) return;
     events_.drop(sl.event);
     sl.event = none;
   }
 
   /// Forgets every release (the host synchronized the streams, or around a graph capture).
   void clear() noexcept {
-    for (auto& sl : slots_) {
-      sl.pending = false;
-      sl.event = none;
-    }
+    for (auto& sl : slots_) sl.event = none;
     events_.reset();
   }
   [[nodiscard]] std::size_t pending() const noexcept {
     std::size_t n = 0;
-    for (auto const& sl : slots_) n += sl.pending ? 1 : 0;
+    for (auto const& sl : slots_) n += sl.event != none ? 1 : 0;
     return n;
   }
   [[nodiscard]] std::size_t busy() const noexcept { return events_.busy(); }
@@ -135,25 +130,25 @@ class stream_order {
     // One wait per distinct event, found without allocating: a slot waits unless an earlier
     // pending slot holds the same event. Quadratic in the slots, once, at destruction.
     auto const waits = [&](std::size_t i) {
-      auto const& sl = slots_[i];
-      if (!sl.pending || sl.release_stream == home) return false;
+      auto const e = slots_[i].event;
+      if (e == none || release_[e].stream == home) return false;
       for (std::size_t j = 0; j < i; ++j)
-        if (slots_[j].pending && !(slots_[j].release_stream == home) && slots_[j].event == sl.event) return false;
+        if (slots_[j].event == e) return false;  // same event, so same stream
       return true;
     };
     try {
       for (std::size_t i = 0; i < slots_.size(); ++i)
         if (waits(i)) {
-          auto const& sl = slots_[i];
-          if (release_[sl.event].stamp == 0) {
-            events_[sl.event].record(sl.release_stream);
-            release_[sl.event].stamp = ++clock_;
+          auto const e = slots_[i].event;
+          if (release_[e].stamp == 0) {
+            events_[e].record(release_[e].stream);
+            release_[e].stamp = ++clock_;
           }
-          events_[sl.event].wait_on(home);
+          events_[e].wait_on(home);
         }
     } catch (...) {
       for (auto const& sl : slots_)
-        if (sl.pending && release_[sl.event].stamp != 0) {
+        if (sl.event != none && release_[sl.event].stamp != 0) {
           try {
             events_[sl.event].synchronize();
           } catch (...) {
@@ -163,11 +158,11 @@ class stream_order {
   }
 
  private:
+  // A slot is pending (released, and not taken since) while it has an event; the releasing
+  // stream is the event's (release_).
   struct slot_release {
-    bool pending = false;        // released, and not taken since
     std::uint32_t event = none;  // that release's event (shared by every slot it freed)
-    Stream release_stream{};
-    bool waited = false;  // `waited_by` already follows the release (interval plans: shared bytes)
+    bool waited = false;         // `waited_by` already follows the release (interval plans: shared bytes)
     Stream waited_by{};
   };
   std::vector<slot_release> slots_;
