@@ -404,10 +404,8 @@ class unit_pool {
     free_mask_.assign(plan_.shapes.size(), all);
   }
 
-  // Re-fetches and the choice of scratch space; the work is acquire_slots, compiled once for
-  // fixed and max plans (Interval false: no byte sharing, no off-trace acquires) and once for
-  // interval plans. Interval plans, upstream buffers and move reports are out of line, so the
-  // common case keeps its registers.
+  // Re-fetches and scratch space; the work is acquire_slots, compiled apart for interval plans
+  // (fixed and max plans have no byte sharing, no off-trace acquires).
   lease acquire_target(std::uint32_t t, Stream const& s) {
     auto& tg = targets_[t];
     if (tg.holders > 0) {  // re-fetch: same slots, no state change
@@ -437,15 +435,12 @@ class unit_pool {
     // Locals: the stores below (of 32-bit indices) would otherwise make the compiler reload them.
     std::uint32_t const count = tg.bucket_count;
     bucket_state* const bs = buckets_.data() + tg.first_bucket;
-    // Interval plans: the unit's bytes must not be held by a unit sharing them.
-    bool const off_trace = Interval && is_off_trace(t);
-    // Phase 1: choose a group per pooled bucket (a unit's buckets have distinct shapes, so the
-    // choices cannot collide); throw before touching any state.
-    // Phase 2: order the reuse of each chosen slot after its last release (device-side; the
-    // host does not block), one wait per releasing stream (its latest release covers the
-    // others). May throw (a CUDA error); extra waits are harmless, state unchanged. On fixed
-    // and max plans every slot looked at is taken, so the waits are collected with the choices
-    // and need no mark.
+    bool const off_trace = Interval && is_off_trace(t);  // the unit's bytes are held by a sharer
+    // Phase 1: choose a group per pooled bucket (distinct shapes: the choices cannot collide);
+    // throw before touching any state. Phase 2: order the reuse of each chosen slot after its
+    // last release (device-side), one wait per releasing stream (its latest release covers the
+    // others); may throw (a CUDA error): extra waits are harmless, state unchanged. On fixed and
+    // max plans every slot looked at is taken: waits are collected with the choices, unmarked.
     std::uint64_t waits = 0;
     for (std::uint32_t b = 0; b < count && !off_trace; ++b) {
       auto const& st = bs[b];
@@ -507,8 +502,7 @@ class unit_pool {
     return l;
   }
 
-  // Interval plans: true when a unit sharing `t`'s bytes is held in its slots (fallback_off_trace;
-  // reject_off_trace throws).
+  // Interval plans: a unit sharing `t`'s bytes is held in its slots (reject_off_trace throws).
   [[nodiscard]] bool is_off_trace(std::uint32_t t) const {
     auto const held = sharing_.held_sharer(t, [&](std::uint32_t v) { return targets_[v].holders > 0 && targets_[v].in_arena; });
     if (held == none) return false;
