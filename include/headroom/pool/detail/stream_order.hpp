@@ -4,7 +4,7 @@
 // releasing stream and one event per release), and the device-side waits an acquire on another
 // stream issues for it. The host never blocks.
 //
-//   release(lease, s):  begin_release(s, record_now) -> event; free_slot(slot, s, event) per slot;
+//   release(lease, s):  begin_release(s, record_now) -> event; free_slot(slot, event) per slot;
 //                       end_release(event, slots freed)
 //   acquire(u, s):      wait_for(slot, s, ...) per slot it may take, then issue_waits(s, ...)
 //                       (throws: nothing changed); take(slot) per slot it took
