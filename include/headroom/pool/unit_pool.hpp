@@ -202,22 +202,26 @@ class unit_pool {
     l.pool_ = nullptr;
     if (--t.holders > 0) return;
     ++stats_.releases;
-    for (std::uint32_t b = 0; b < t.bucket_count; ++b) {
-      auto& st = buckets_[t.first_bucket + b];
+    std::uint32_t const count = t.bucket_count;
+    bucket_state* const bs = buckets_.data() + t.first_bucket;
+    std::uint32_t freed = 0;
+    for (std::uint32_t b = 0; b < count; ++b) {
+      auto& st = bs[b];
       if (st.slot != none) {
-        order_.free_slot(st.slot, s, event);
+        order_.free_slot(st.slot, event);
         holder_[st.slot] = none;
-        free_mask_[plan_.slots[st.slot].shape] |= std::uint64_t{1} << plan_.slots[st.slot].group;
+        free_mask_[st.shape] |= std::uint64_t{1} << st.group;
         st.slot = none;
-        --stats_.slots_in_use;
-      } else if (st.data != nullptr && (st.shape != no_shape || !NonUnit::persistent_buffers)) {
+        ++freed;
+      } else if (st.data != nullptr && (st.shape != no_shape || !NonUnit::persistent_buffers)) [[unlikely]] {
         // a dynamic buffer: of a bucket without a slot, or of an off-trace acquire
         upstream_.deallocate(s, st.data, static_cast<std::size_t>(st.bytes), plan_.alignment);
         st.data = nullptr;
         stats_.fallback_bytes_in_use -= st.bytes;
       }
     }
-    if (event != none) order_.end_release(event);  // frees the event if nothing pooled was freed
+    stats_.slots_in_use -= freed;
+    if (event != none) order_.end_release(event, freed);  // frees the event if nothing pooled was freed
     t.in_arena = false;
   }
 
@@ -301,6 +305,7 @@ class unit_pool {
     std::uint32_t first_bucket = 0;
     std::uint32_t bucket_count = 0;
     std::uint32_t holders = 0;
+    std::uint32_t dynamic_buckets = 0;  // buckets an acquire on the trace serves from upstream
     std::uint64_t epoch = 0;
     bool in_arena = false;  // held, and its pooled buckets are in their slots (not off-trace buffers)
     Stream acquired_on{};   // the stream of the acquire that took the slots (release order policy)
@@ -309,6 +314,7 @@ class unit_pool {
     std::uint32_t shape = no_shape;  // no_shape: served by the NonUnit policy
     std::uint32_t slot = none;       // slot while held
     std::uint32_t pinned = none;     // strict: pinned group
+    std::uint32_t group = none;      // the slot's group while held (slot = plan.slot_index(group, shape))
     std::uint64_t bytes = 0;         // padded request
     std::byte* data = nullptr;       // fallback buffer (dynamic while held, or persistent)
   };
@@ -356,6 +362,18 @@ class unit_pool {
     }
   };
   [[nodiscard]] target_name describe_target(std::uint32_t t) const noexcept { return {this, t}; }
+  // plan::slot_index with the shape count kept as a 32-bit member (the hot path's index).
+  [[nodiscard]] std::uint32_t slot_index(std::uint32_t group, std::uint32_t shape) const noexcept {
+    return group * shape_count_ + shape;
+  }
+  [[noreturn]] void no_free_slot(std::uint32_t t, std::uint32_t b, bucket_state const& st) const {
+    detail::fail<capacity_error>("unit_pool::acquire: no free slot for bucket ", b, " (",
+                                 plan_.shapes[st.shape].category_name, ", ", st.bytes, " bytes) of ",
+                                 describe_target(t), " in plan '", plan_.workload_name, "': shape ", st.shape, " (",
+                                 plan_.shapes[st.shape].category_name, "#", plan_.shapes[st.shape].ordinal,
+                                 ") has ", plan_.buffers, " slots, all held: ", shape_holders{this, st.shape},
+                                 ". Release a unit first, or plan more buffers");
+  }
   [[nodiscard]] std::size_t slot_of(std::uint32_t t, std::size_t b) const {
     expects(b < targets_[t].bucket_count, "unit_pool::lease: bucket ", b, " out of range [0, ",
             targets_[t].bucket_count, ") of ", describe_target(t));
@@ -372,6 +390,7 @@ class unit_pool {
 
   void build_targets() {
     unit_count_ = plan_.unit_count();
+    shape_count_ = static_cast<std::uint32_t>(plan_.shapes.size());
     targets_.reserve(unit_count_ + plan_.non_unit_bytes.size());
     for (std::size_t u = 0; u < unit_count_; ++u) {
       targets_.push_back({static_cast<std::uint32_t>(buckets_.size()),
@@ -383,11 +402,12 @@ class unit_pool {
         expects(st.shape == no_shape || (st.shape < plan_.shapes.size() && st.bytes <= plan_.shapes[st.shape].bytes),
                 "unit_pool: plan '", plan_.workload_name, "' puts unit ", u, " bucket ", b, " (", st.bytes,
                 " bytes) in a shape that cannot hold it");
+        if (st.shape == no_shape && !NonUnit::persistent_buffers) ++targets_.back().dynamic_buckets;
         buckets_.push_back(st);
       }
     }
     for (auto bytes : plan_.non_unit_bytes) {
-      targets_.push_back({static_cast<std::uint32_t>(buckets_.size()), 1, 0, 0});
+      targets_.push_back({static_cast<std::uint32_t>(buckets_.size()), 1, 0, NonUnit::persistent_buffers ? 0u : 1u});
       bucket_state st;
       st.bytes = bytes;
       buckets_.push_back(st);
@@ -395,10 +415,13 @@ class unit_pool {
     holder_.assign(plan_.slots.size(), none);
     order_ = detail::stream_order<Stream, Event>(plan_.slots.size());
     sharing_ = detail::byte_sharing(plan_, [&](std::uint32_t u) { return targets_[u].bucket_count; });
+    interval_ = sharing_.active();
     std::uint64_t const all = plan_.buffers == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << plan_.buffers) - 1;
     free_mask_.assign(plan_.shapes.size(), all);
   }
 
+  // Re-fetches and scratch space; the work is acquire_slots, compiled apart for interval plans
+  // (fixed and max plans have no byte sharing, no off-trace acquires).
   lease acquire_target(std::uint32_t t, Stream const& s) {
     auto& tg = targets_[t];
     if (tg.holders > 0) {  // re-fetch: same slots, no state change
@@ -406,99 +429,63 @@ class unit_pool {
       ++stats_.refetches;
       return lease(this, t, tg.epoch);
     }
-    // Interval plans: the unit's bytes must not be held by a unit sharing them.
-    bool off_trace = false;
-    if (sharing_.active() && is_unit(t)) {
-      auto const held = sharing_.held_sharer(t, [&](std::uint32_t v) { return targets_[v].holders > 0 && targets_[v].in_arena; });
-      if (held != none) {
-        if constexpr (!OffTrace::fallback)
-          detail::off_trace_error(plan_, t, describe_target(t), held, describe_target(held), stats_.acquisitions + 1);
-        off_trace = true;
-      }
-    }
-    // Phase 1: choose a group per pooled bucket (a unit's buckets have distinct shapes, so the
-    // choices cannot collide); throw before touching any state.
     // Per bucket the chosen group, then (phase 2) the events waited on, at most one per slot
     // looked at; on the stack for small units.
     constexpr std::uint32_t max_inline = 16;
-    std::size_t const looked_at = is_unit(t) && sharing_.active() ? sharing_.wait_slots(t) : tg.bucket_count;
-    std::uint32_t scratch_inline[2 * max_inline];
-    std::vector<std::uint32_t> scratch_heap;
-    std::uint32_t* chosen = scratch_inline;
-    if (tg.bucket_count > max_inline || looked_at > max_inline) {
-      scratch_heap.resize(tg.bucket_count + looked_at);
-      chosen = scratch_heap.data();
+    bool const shares = interval_ && is_unit(t);
+    std::size_t const looked_at = shares ? sharing_.wait_slots(t) : tg.bucket_count;
+    if (tg.bucket_count <= max_inline && looked_at <= max_inline) [[likely]] {
+      std::uint32_t scratch[2 * max_inline];
+      return shares ? acquire_slots<true>(t, s, scratch, scratch + max_inline)
+                    : acquire_slots<false>(t, s, scratch, scratch + max_inline);
     }
-    std::uint32_t* const waited = chosen + (scratch_heap.empty() ? max_inline : tg.bucket_count);
-    for (std::uint32_t b = 0; b < tg.bucket_count && !off_trace; ++b) {
-      auto const& st = buckets_[tg.first_bucket + b];
+    std::vector<std::uint32_t> scratch(tg.bucket_count + looked_at);
+    std::uint32_t* const waited = scratch.data() + tg.bucket_count;
+    return shares ? acquire_slots<true>(t, s, scratch.data(), waited) : acquire_slots<false>(t, s, scratch.data(), waited);
+  }
+
+  // `Interval`: `t` is a unit of an interval plan (its bytes may be shared).
+  template <bool Interval>
+  lease acquire_slots(std::uint32_t t, Stream const& s, std::uint32_t* chosen, std::uint32_t* waited) {
+    auto& tg = targets_[t];
+    // Locals: the stores below (of 32-bit indices) would otherwise make the compiler reload them.
+    std::uint32_t const count = tg.bucket_count;
+    bucket_state* const bs = buckets_.data() + tg.first_bucket;
+    bool const off_trace = Interval && is_off_trace(t);  // the unit's bytes are held by a sharer
+    // Phase 1: choose a group per pooled bucket (distinct shapes: the choices cannot collide);
+    // throw before touching any state. Phase 2: order the reuse of each chosen slot after its
+    // last release (device-side), one wait per releasing stream (its latest release covers the
+    // others); may throw (a CUDA error): extra waits are harmless, state unchanged. On fixed and
+    // max plans every slot looked at is taken: waits are collected with the choices, unmarked.
+    std::uint64_t waits = 0;
+    for (std::uint32_t b = 0; b < count && !off_trace; ++b) {
+      auto const& st = bs[b];
       if (st.shape == no_shape) continue;
       std::uint64_t const mask = free_mask_[st.shape];
+      std::uint32_t g;
       if (Assignment::pins && st.pinned != none && (mask >> st.pinned & 1u)) {
-        chosen[b] = st.pinned;
-        continue;
+        g = st.pinned;
+      } else {
+        if (mask == 0) [[unlikely]]
+          no_free_slot(t, b, st);
+        g = static_cast<std::uint32_t>(std::countr_zero(mask));
       }
-      if (mask == 0) [[unlikely]]
-        detail::fail<capacity_error>("unit_pool::acquire: no free slot for bucket ", b, " (",
-                                     plan_.shapes[st.shape].category_name, ", ", st.bytes, " bytes) of ",
-                                     describe_target(t), " in plan '", plan_.workload_name, "': shape ", st.shape, " (",
-                                     plan_.shapes[st.shape].category_name, "#", plan_.shapes[st.shape].ordinal,
-                                     ") has ", plan_.buffers, " slots, all held: ", shape_holders{this, st.shape},
-                                     ". Release a unit first, or plan more buffers");
-      chosen[b] = static_cast<std::uint32_t>(std::countr_zero(mask));
+      chosen[b] = g;
+      if constexpr (!Interval) order_.template wait_for<false>(slot_index(g, st.shape), s, waited, waits);
     }
-    // Phase 2: order the reuse of each chosen slot after its last release (device-side; the
-    // host does not block), one wait per releasing stream (its latest release covers the
-    // others). May throw (a CUDA error); extra waits are harmless, state unchanged.
-    std::uint64_t waits = 0;
-    auto const wait_for = [&](std::size_t slot) { order_.wait_for(static_cast<std::uint32_t>(slot), s, waited, waits); };
-    for (std::uint32_t b = 0; b < tg.bucket_count && !off_trace; ++b) {
-      auto const& st = buckets_[tg.first_bucket + b];
-      if (st.shape != no_shape) wait_for(plan_.slot_index(chosen[b], st.shape));
-    }
-    // Interval plans: the bytes were last used by the units sharing them; their releases stay
-    // pending (a unit sharing bytes with them later must wait too) until they are re-acquired.
-    if (sharing_.active() && is_unit(t) && !off_trace)
-      for (auto v : sharing_.sharing(t))
-        for (std::uint32_t b = 0; b < targets_[v].bucket_count; ++b) {
-          auto const shape = buckets_[targets_[v].first_bucket + b].shape;
-          if (shape != no_shape) wait_for(plan_.slot_index(0, shape));
-        }
+    if (Interval && !off_trace) interval_waits(t, chosen, s, waited, waits);
     order_.issue_waits(s, waited, waits);
-    // Phase 3: dynamic buffers (buckets without a slot, or every bucket of an off-trace
-    // acquire); if upstream throws, undo them.
-    auto const needs_buffer = [&](bucket_state const& st) {
-      return off_trace || (st.shape == no_shape && !NonUnit::persistent_buffers);
-    };
-    {
-      std::uint32_t done = 0;
-      try {
-        for (; done < tg.bucket_count; ++done) {
-          auto& st = buckets_[tg.first_bucket + done];
-          if (!needs_buffer(st)) continue;
-          st.data = static_cast<std::byte*>(upstream_.allocate(s, static_cast<std::size_t>(st.bytes), plan_.alignment));
-          stats_.fallback_bytes_in_use += st.bytes;
-          ++stats_.fallback_allocations;
-        }
-      } catch (...) {
-        for (std::uint32_t b = 0; b < done; ++b) {
-          auto& st = buckets_[tg.first_bucket + b];
-          if (!needs_buffer(st) || st.data == nullptr) continue;
-          upstream_.deallocate(s, st.data, static_cast<std::size_t>(st.bytes), plan_.alignment);
-          st.data = nullptr;
-          stats_.fallback_bytes_in_use -= st.bytes;
-        }
-        throw;
-      }
-      if (stats_.fallback_bytes_in_use > stats_.fallback_bytes_peak) stats_.fallback_bytes_peak = stats_.fallback_bytes_in_use;
-    }
+    // Phase 3: dynamic buffers (buckets without a slot, or every bucket of an off-trace acquire).
+    if (off_trace || tg.dynamic_buckets != 0) [[unlikely]]
+      take_buffers(bs, count, s, off_trace);
     // Phase 4: commit (nothing here throws).
     std::uint32_t moved = 0;  // bit b: bucket b left its pinned group (reported below)
-    for (std::uint32_t b = 0; b < tg.bucket_count && !off_trace; ++b) {
-      auto& st = buckets_[tg.first_bucket + b];
+    std::uint32_t taken = 0;
+    for (std::uint32_t b = 0; b < count && !off_trace; ++b) {
+      auto& st = bs[b];
       if (st.shape == no_shape) continue;
       std::uint32_t const g = chosen[b];
-      auto const index = static_cast<std::uint32_t>(plan_.slot_index(g, st.shape));
+      std::uint32_t const index = slot_index(g, st.shape);
       if constexpr (Assignment::pins) {
         if (st.pinned == none) {
           st.pinned = g;
@@ -511,9 +498,11 @@ class unit_pool {
       holder_[index] = t;
       free_mask_[st.shape] &= ~(std::uint64_t{1} << g);
       st.slot = index;
-      ++stats_.slots_in_use;
-      tg.in_arena = true;
+      st.group = g;
+      ++taken;
     }
+    if (taken != 0) tg.in_arena = true;
+    stats_.slots_in_use += taken;
     if (off_trace) ++stats_.off_trace_fallbacks;
     stats_.cross_stream_waits += waits;
     stats_.reuse_events = order_.recorded_at_reuse();
@@ -523,21 +512,80 @@ class unit_pool {
     tg.acquired_on = s;
     ++tg.epoch;
     lease l(this, t, tg.epoch);
-    if constexpr (Assignment::pins) {
-      if (moved != 0) [[unlikely]] {
-        try {  // the logger is the user's code: if it throws, give the slots back first
-          for (std::uint32_t b = 0; b < tg.bucket_count && b < 32; ++b)
-            if (moved >> b & 1u) {
-              auto const& st = buckets_[tg.first_bucket + b];
-              report_move(t, b, st, plan_.slots[st.slot].group);
-            }
-        } catch (...) {
-          release(l, s);
-          throw;
-        }
-      }
-    }
+    if constexpr (Assignment::pins)
+      if (moved != 0) [[unlikely]]
+        report_moves(l, moved, s);
     return l;
+  }
+
+  // Interval plans: a unit sharing `t`'s bytes is held in its slots (reject_off_trace throws).
+  [[nodiscard]] bool is_off_trace(std::uint32_t t) const {
+    auto const held = sharing_.held_sharer(t, [&](std::uint32_t v) { return targets_[v].holders > 0 && targets_[v].in_arena; });
+    if (held == none) return false;
+    if constexpr (!OffTrace::fallback)
+      detail::off_trace_error(plan_, t, describe_target(t), held, describe_target(held), stats_.acquisitions + 1);
+    return true;
+  }
+
+  // Interval plans: the chosen slots may be looked at again by units sharing their bytes, so the
+  // waits are marked; the bytes were last used by the units sharing them, whose releases stay
+  // pending (a unit sharing bytes with them later must wait too) until they are re-acquired.
+  void interval_waits(std::uint32_t t, std::uint32_t const* chosen, Stream const& s, std::uint32_t* waited,
+                      std::uint64_t& waits) noexcept {
+    auto const wait_for = [&](std::uint32_t slot) { order_.template wait_for<true>(slot, s, waited, waits); };
+    auto const& tg = targets_[t];
+    for (std::uint32_t b = 0; b < tg.bucket_count; ++b) {
+      auto const shape = buckets_[tg.first_bucket + b].shape;
+      if (shape != no_shape) wait_for(slot_index(chosen[b], shape));
+    }
+    for (auto v : sharing_.sharing(t))
+      for (std::uint32_t b = 0; b < targets_[v].bucket_count; ++b) {
+        auto const shape = buckets_[targets_[v].first_bucket + b].shape;
+        if (shape != no_shape) wait_for(slot_index(0, shape));
+      }
+  }
+
+  // Upstream buffers for the buckets without a slot, or every bucket of an off-trace acquire; if
+  // upstream throws, undo them.
+  void take_buffers(bucket_state* bs, std::uint32_t count, Stream const& s, bool off_trace) {
+    auto const needs_buffer = [&](bucket_state const& st) {
+      return off_trace || (st.shape == no_shape && !NonUnit::persistent_buffers);
+    };
+    std::uint32_t done = 0;
+    try {
+      for (; done < count; ++done) {
+        auto& st = bs[done];
+        if (!needs_buffer(st)) continue;
+        st.data = static_cast<std::byte*>(upstream_.allocate(s, static_cast<std::size_t>(st.bytes), plan_.alignment));
+        stats_.fallback_bytes_in_use += st.bytes;
+        ++stats_.fallback_allocations;
+      }
+    } catch (...) {
+      for (std::uint32_t b = 0; b < done; ++b) {
+        auto& st = bs[b];
+        if (!needs_buffer(st) || st.data == nullptr) continue;
+        upstream_.deallocate(s, st.data, static_cast<std::size_t>(st.bytes), plan_.alignment);
+        st.data = nullptr;
+        stats_.fallback_bytes_in_use -= st.bytes;
+      }
+      throw;
+    }
+    if (stats_.fallback_bytes_in_use > stats_.fallback_bytes_peak) stats_.fallback_bytes_peak = stats_.fallback_bytes_in_use;
+  }
+
+  // Strict assignment: reports the buckets (bits of `moved`) that left their pinned groups.
+  void report_moves(lease& l, std::uint32_t moved, Stream const& s) {
+    auto const& tg = targets_[l.target_];
+    try {  // the logger is the user's code: if it throws, give the slots back first
+      for (std::uint32_t b = 0; b < tg.bucket_count && b < 32; ++b)
+        if (moved >> b & 1u) {
+          auto const& st = buckets_[tg.first_bucket + b];
+          report_move(l.target_, b, st, plan_.slots[st.slot].group);
+        }
+    } catch (...) {
+      release(l, s);
+      throw;
+    }
   }
 
   void report_move(std::uint32_t t, std::uint32_t b, bucket_state const& st, std::uint32_t g) const {
@@ -571,6 +619,8 @@ class unit_pool {
   Assignment assignment_;
   std::byte* arena_ = nullptr;
   std::size_t unit_count_ = 0;
+  std::uint32_t shape_count_ = 0;  // plan_.shapes.size()
+  bool interval_ = false;          // sharing_.active(): an interval plan
   std::vector<target_state> targets_;  // units, then non-unit buckets
   std::vector<bucket_state> buckets_;
   std::vector<std::uint32_t> holder_;  // per slot: the target holding it, or none

@@ -9,6 +9,7 @@
 // release re-records the event that has been idle longest, not the one another stream waited on
 // a moment ago (as a bare loop over per-unit events does).
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -22,30 +23,34 @@ class release_events {
 
   /// Events for `slots` slots (none when there are no slots).
   explicit release_events(std::size_t slots)
-      : events_(slots == 0 ? 0 : slots + spare), holds_(events_.size(), 0), ring_(events_.size(), 0) {
+      : events_(slots == 0 ? 0 : slots + spare),
+        holds_(events_.size(), 0),
+        ring_(std::bit_ceil(events_.size()), 0),
+        count_(static_cast<std::uint32_t>(events_.size())),
+        mask_(static_cast<std::uint32_t>(ring_.size()) - 1) {
     reset();
   }
 
   /// The event the next release takes (record it, then claim it: recording may throw).
   [[nodiscard]] std::uint32_t next() const noexcept { return ring_[head_]; }
   void claim() noexcept {
-    head_ = head_ + 1 == ring_.size() ? 0 : head_ + 1;
+    head_ = (head_ + 1) & mask_;
     --free_;
   }
   /// A claimed event that no slot came to hold is free again.
   void unclaim_if_unheld(std::uint32_t e) noexcept {
     if (holds_[e] == 0) push(e);
   }
-  void hold(std::uint32_t e) noexcept { ++holds_[e]; }
+  void hold(std::uint32_t e, std::uint32_t slots) noexcept { holds_[e] += slots; }
   void drop(std::uint32_t e) noexcept {
     if (--holds_[e] == 0) push(e);
   }
   /// Every event free (after clear_release_events).
   void reset() noexcept {
     std::fill(holds_.begin(), holds_.end(), 0);
-    for (std::size_t e = 0; e < ring_.size(); ++e) ring_[e] = static_cast<std::uint32_t>(e);
+    for (std::uint32_t e = 0; e < count_; ++e) ring_[e] = e;
     head_ = 0;
-    free_ = ring_.size();
+    free_ = count_;
   }
 
   [[nodiscard]] Event& operator[](std::uint32_t e) noexcept { return events_[e]; }
@@ -54,15 +59,18 @@ class release_events {
 
  private:
   void push(std::uint32_t e) noexcept {
-    std::size_t const at = head_ + free_;
-    ring_[at >= ring_.size() ? at - ring_.size() : at] = e;
+    ring_[(head_ + free_) & mask_] = e;
     ++free_;
   }
   std::vector<Event> events_;
   std::vector<std::uint32_t> holds_;  // per event: free slots still waiting on it
-  std::vector<std::uint32_t> ring_;   // free events from ring_[head_], oldest first (FIFO)
-  std::size_t head_ = 0;
-  std::size_t free_ = 0;
+  // Free events from ring_[head_], oldest first (FIFO); a power of two long, so indices wrap
+  // with a mask.
+  std::vector<std::uint32_t> ring_;
+  std::uint32_t count_ = 0;  // events_.size()
+  std::uint32_t mask_ = 0;   // ring_.size() - 1
+  std::uint32_t head_ = 0;
+  std::uint32_t free_ = 0;
 };
 
 }  // namespace headroom::pool::detail

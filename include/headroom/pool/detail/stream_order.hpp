@@ -4,8 +4,8 @@
 // releasing stream and one event per release), and the device-side waits an acquire on another
 // stream issues for it. The host never blocks.
 //
-//   release(lease, s):  begin_release(s, record_now) -> event; free_slot(slot, s, event) per slot;
-//                       end_release(event)
+//   release(lease, s):  begin_release(s, record_now) -> event; free_slot(slot, event) per slot;
+//                       end_release(event, slots freed)
 //   acquire(u, s):      wait_for(slot, s, ...) per slot it may take, then issue_waits(s, ...)
 //                       (throws: nothing changed); take(slot) per slot it took
 //
@@ -35,45 +35,54 @@ class stream_order {
   /// An event is busy while a free slot still refers to it, so there are never more busy events
   /// than slots, and a release always finds a free one (release_events keeps a few more).
   explicit stream_order(std::size_t slots)
-      : slots_(slots), events_(slots), recorded_(events_.size(), 0), stamp_(events_.size(), 0), stream_(events_.size()) {}
+      : slots_(slots), events_(slots), release_(events_.size()) {}
 
   /// The event of one release on `s`, recorded now when `record_now` (may throw a CUDA error:
   /// nothing has changed then).
   [[nodiscard]] std::uint32_t begin_release(Stream const& s, bool record_now) {
     std::uint32_t const e = events_.next();
     if (record_now) events_[e].record(s);
-    recorded_[e] = record_now ? 1 : 0;
-    stamp_[e] = record_now ? ++clock_ : 0;
-    stream_[e] = s;
+    release_[e] = {record_now ? ++clock_ : 0, s};
     events_.claim();
     return e;
   }
-  /// Slot `i` is free after the release `e` on `s`.
-  void free_slot(std::uint32_t i, Stream const& s, std::uint32_t e) noexcept {
+  /// Slot `i` is free after the release `e` (end_release counts the slots on `e`).
+  void free_slot(std::uint32_t i, std::uint32_t e) noexcept {
     auto& sl = slots_[i];
-    sl.release_stream = s;
-    sl.pending = true;
     sl.waited = false;
     sl.event = e;
-    events_.hold(e);
   }
-  /// The release freed nothing: its event is free again.
-  void end_release(std::uint32_t e) noexcept { events_.unclaim_if_unheld(e); }
+  /// The release `e` freed `freed` slots; if none, its event is free again.
+  void end_release(std::uint32_t e, std::uint32_t freed) noexcept {
+    if (freed != 0)
+      events_.hold(e, freed);
+    else
+      events_.unclaim_if_unheld(e);
+  }
 
   /// Notes that `s` must follow the release of slot `i`, unless `s` is the releasing stream or
   /// already follows it. `waited[0, waits)` keeps one event per releasing stream, the one that
   /// covers the others: an event not yet recorded (recorded by issue_waits, it follows everything
   /// on that stream), else the latest recorded. Issues nothing (issue_waits does).
+  /// `Mark`: remember that `s` follows the release (interval plans, where an acquire looks at
+  /// slots it does not take); a slot that is taken right after needs no mark.
+  template <bool Mark>
   void wait_for(std::uint32_t i, Stream const& s, std::uint32_t* waited, std::uint64_t& waits) noexcept {
     auto& sl = slots_[i];
-    if (!sl.pending || sl.release_stream == s || (sl.waited && sl.waited_by == s)) return;
-    sl.waited = true;  // s is ordered after the release from here on (stream order)
-    sl.waited_by = s;
     std::uint32_t const e = sl.event;
+    if (e == none) return;  // not pending
+    auto const& re = release_[e];
+    if (re.stream == s) return;
+    if constexpr (Mark) {
+      if (sl.waited && sl.waited_by == s) return;
+      sl.waited = true;  // s is ordered after the release from here on (stream order)
+      sl.waited_by = s;
+    }
     for (std::uint64_t k = 0; k < waits; ++k) {
       std::uint32_t& w = waited[k];
-      if (!(stream_[w] == stream_[e])) continue;
-      if (w != e && recorded_[w] && (!recorded_[e] || stamp_[e] > stamp_[w])) w = e;  // e covers w
+      auto const& rw = release_[w];
+      if (!(rw.stream == re.stream)) continue;
+      if (w != e && rw.stamp != 0 && (re.stamp == 0 || re.stamp > rw.stamp)) w = e;  // e covers w
       return;
     }
     waited[waits++] = e;
@@ -84,10 +93,10 @@ class stream_order {
   void issue_waits(Stream const& s, std::uint32_t const* waited, std::uint64_t waits) {
     for (std::uint64_t k = 0; k < waits; ++k) {
       std::uint32_t const e = waited[k];
-      if (!recorded_[e]) {
-        events_[e].record(stream_[e]);
-        recorded_[e] = 1;
-        stamp_[e] = ++clock_;
+      auto& re = release_[e];
+      if (re.stamp == 0) {
+        events_[e].record(re.stream);
+        re.stamp = ++clock_;
         ++recorded_at_reuse_;
       }
       events_[e].wait_on(s);
@@ -96,23 +105,19 @@ class stream_order {
   /// Slot `i` is taken: it no longer follows its release (its event is free once no slot does).
   void take(std::uint32_t i) noexcept {
     auto& sl = slots_[i];
-    if (!sl.pending) return;
-    sl.pending = false;
+    if (sl.event == none) return;
     events_.drop(sl.event);
     sl.event = none;
   }
 
   /// Forgets every release (the host synchronized the streams, or around a graph capture).
   void clear() noexcept {
-    for (auto& sl : slots_) {
-      sl.pending = false;
-      sl.event = none;
-    }
+    for (auto& sl : slots_) sl.event = none;
     events_.reset();
   }
   [[nodiscard]] std::size_t pending() const noexcept {
     std::size_t n = 0;
-    for (auto const& sl : slots_) n += sl.pending ? 1 : 0;
+    for (auto const& sl : slots_) n += sl.event != none ? 1 : 0;
     return n;
   }
   [[nodiscard]] std::size_t busy() const noexcept { return events_.busy(); }
@@ -125,26 +130,25 @@ class stream_order {
     // One wait per distinct event, found without allocating: a slot waits unless an earlier
     // pending slot holds the same event. Quadratic in the slots, once, at destruction.
     auto const waits = [&](std::size_t i) {
-      auto const& sl = slots_[i];
-      if (!sl.pending || sl.release_stream == home) return false;
+      auto const e = slots_[i].event;
+      if (e == none || release_[e].stream == home) return false;
       for (std::size_t j = 0; j < i; ++j)
-        if (slots_[j].pending && !(slots_[j].release_stream == home) && slots_[j].event == sl.event) return false;
+        if (slots_[j].event == e) return false;  // same event, so same stream
       return true;
     };
     try {
       for (std::size_t i = 0; i < slots_.size(); ++i)
         if (waits(i)) {
-          auto const& sl = slots_[i];
-          if (!recorded_[sl.event]) {
-            events_[sl.event].record(sl.release_stream);
-            recorded_[sl.event] = 1;
-            stamp_[sl.event] = ++clock_;
+          auto const e = slots_[i].event;
+          if (release_[e].stamp == 0) {
+            events_[e].record(release_[e].stream);
+            release_[e].stamp = ++clock_;
           }
-          events_[sl.event].wait_on(home);
+          events_[e].wait_on(home);
         }
     } catch (...) {
       for (auto const& sl : slots_)
-        if (sl.pending && recorded_[sl.event]) {
+        if (sl.event != none && release_[sl.event].stamp != 0) {
           try {
             events_[sl.event].synchronize();
           } catch (...) {
@@ -154,18 +158,22 @@ class stream_order {
   }
 
  private:
+  // A slot is pending (released, and not taken since) while it has an event; the releasing
+  // stream is the event's (release_).
   struct slot_release {
-    bool pending = false;        // released, and not taken since
     std::uint32_t event = none;  // that release's event (shared by every slot it freed)
-    Stream release_stream{};
-    bool waited = false;  // `waited_by` already follows the release (interval plans: shared bytes)
+    bool waited = false;         // `waited_by` already follows the release (interval plans: shared bytes)
     Stream waited_by{};
   };
   std::vector<slot_release> slots_;
   release_events<Event> events_;
-  std::vector<char> recorded_;  // per event: recorded (at release, or by a wait since)
-  std::vector<std::uint64_t> stamp_;  // per recorded event: when (clock_), to find the latest per stream
-  std::vector<Stream> stream_;        // per event: the stream of its release
+  // Per event, one record (one array on the hot path): when it was recorded (clock_, to find
+  // the latest per stream; 0 = not yet, the release deferred it) and its release's stream.
+  struct release_info {
+    std::uint64_t stamp = 0;
+    Stream stream{};
+  };
+  std::vector<release_info> release_;
   std::uint64_t clock_ = 0;
   std::uint64_t recorded_at_reuse_ = 0;
 };
