@@ -101,8 +101,8 @@ struct dict_layout {
 dict_layout layout_of(nb::handle keys, nb::handle kinds, nb::handle slots) {
   if (!PyTuple_CheckExact(keys.ptr())) throw nb::type_error("keys: expected a tuple of str");
   if (!PyBytes_CheckExact(kinds.ptr())) throw nb::type_error("kinds: expected bytes (b'i', b'b' or b'f' per key)");
-  std::size_t const n = static_cast<std::size_t>(PyTuple_GET_SIZE(keys.ptr()));
-  std::string_view const k(PyBytes_AS_STRING(kinds.ptr()), static_cast<std::size_t>(PyBytes_GET_SIZE(kinds.ptr())));
+  std::size_t const n = static_cast<std::size_t>(PyTuple_Size(keys.ptr()));
+  std::string_view const k(PyBytes_AsString(kinds.ptr()), static_cast<std::size_t>(PyBytes_Size(kinds.ptr())));
   words_in sa;
   if (!nb::try_cast(slots, sa, false)) throw nb::type_error("slots: expected a 1-d contiguous int64 numpy array (CPU)");
   expects(sa.shape(0) == n, "slots has ", sa.shape(0), " entries; expected one per key (", n, ")");
@@ -122,13 +122,13 @@ dict_layout layout_of(nb::handle keys, nb::handle kinds, nb::handle slots) {
 bool pack_dict(nb::handle d, dict_layout const& l, std::span<std::int64_t> words, std::size_t base, bool encode) {
   if (!PyDict_CheckExact(d.ptr())) return false;
   std::size_t const n = l.kinds.size();
-  if (static_cast<std::size_t>(PyDict_GET_SIZE(d.ptr())) != n) return false;
+  if (static_cast<std::size_t>(PyDict_Size(d.ptr())) != n) return false;
   Py_ssize_t pos = 0;
   PyObject *key = nullptr, *value = nullptr;
   std::size_t i = 0;
   while (PyDict_Next(d.ptr(), &pos, &key, &value)) {
     if (i >= n) return false;
-    PyObject* const want = PyTuple_GET_ITEM(l.keys.ptr(), static_cast<Py_ssize_t>(i));
+    PyObject* const want = PyTuple_GetItem(l.keys.ptr(), static_cast<Py_ssize_t>(i));
     if (key != want) {
       if (!PyUnicode_CheckExact(key) || !PyUnicode_CheckExact(want)) return false;
       int const eq = PyUnicode_Compare(key, want);
@@ -153,7 +153,7 @@ bool pack_dict(nb::handle d, dict_layout const& l, std::span<std::int64_t> words
         break;
       default: {
         if (!PyFloat_CheckExact(value)) return false;
-        double const v = PyFloat_AS_DOUBLE(value);
+        double const v = PyFloat_AsDouble(value);
         words[at] = encode ? stats::detail::encode(v, reduce_op::max, true) : std::bit_cast<std::int64_t>(v);
       }
     }
@@ -181,7 +181,7 @@ nb::object unpack_dict(std::span<std::int64_t const> words, std::span<std::int64
                                                        : std::bit_cast<double>(w)));
     }
     if (!v.is_valid()) throw nb::python_error();
-    if (PyDict_SetItem(out.ptr(), PyTuple_GET_ITEM(l.keys.ptr(), static_cast<Py_ssize_t>(i)), v.ptr()) != 0)
+    if (PyDict_SetItem(out.ptr(), PyTuple_GetItem(l.keys.ptr(), static_cast<Py_ssize_t>(i)), v.ptr()) != 0)
       throw nb::python_error();
   }
   return out;
