@@ -289,10 +289,12 @@ namespace detail {
   placement const pl = where ? *where : detail::infer_placement(lists, sh).value_or(placement::interleaved(sh));
   for (std::size_t r = 0; r < lists.size(); ++r)
     for (auto& a : lists[r]) {
-      for (int const st : {a.stage, a.backward_stage})
-        expects(st < 0 || pl.rank_of(st) == static_cast<int>(r), "pipeline::pytorch: rank ", r, " action ", to_string(a),
+      for (int const st : {a.stage, a.backward_stage}) {
+        if (st < 0) continue;  // no backward half (expects() evaluates its message: no rank_of(-1))
+        expects(pl.rank_of(st) == static_cast<int>(r), "pipeline::pytorch: rank ", r, " action ", to_string(a),
                 " is on stage ", st, ", which lives on rank ", pl.rank_of(st), " under placement ", pl.name(),
                 "; expected stage s on rank s mod p or the V-shape (pass a placement for another map)");
+      }
       if (!is_compute(a.kind)) {
         a.peer = headroom::pipeline::detail::expected_peer(sh, pl, a);
         expects(a.peer >= 0, "pipeline::pytorch: rank ", r, " action ", to_string(a), " transfers past stage ", a.stage,
