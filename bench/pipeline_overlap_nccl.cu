@@ -5,8 +5,9 @@
 // stage 0 optionally x1.5, the costs of bench/pipeline_overlap.cpp), activations and gradients
 // real NCCL p2p transfers of --kib KiB on the executor's transfer stream.
 //
-// Per schedule (1F1B and ZB-H1, p = 2, m = 8) and stream set-up (separate compute and transfer
-// streams, or one stream for both):
+// Per schedule (1F1B, ZB-H1 and interleaved 1F1B with v = 2, p = 2, m = 8), stream set-up
+// (separate compute and transfer streams, or one stream for both) and transfer grouping (each
+// transfer on its own, or each run of consecutive transfers as one ncclGroupStart/End batch):
 //   ideal      the dataflow ideal of the same compute order (pipeline_overlap::ideal on the
 //              discrete-event model, transfers free), in ms at the given unit
 //   model      the model's executor time (pipeline_overlap::simulate, receives deferred) and, for
@@ -18,7 +19,7 @@
 // and executor alike; rendezvous in order 38 and 37).
 // Checks (exit 1 when one fails):
 //   - a spin of one unit takes one unit (CUDA events, within 5 %): the durations are known;
-//   - two streams: measured / ideal <= --max-ratio (default 1.15) for every schedule;
+//   - two streams: measured / ideal <= --max-ratio (default 1.15) for every schedule and grouping;
 //   - ranks on different schedules (rank 0 1F1B, rank 1 ZB-H1; and 1F1B m = 8 vs m = 6) raise
 //     collective_mismatch on both GPUs within 10 s, not a hang.
 // Output: a table, PASS/FAIL lines, one JSON line per row (and $OUT/pipeline_overlap_nccl.json
@@ -105,6 +106,7 @@ double median(std::vector<double> v) {
 using clock_type = std::chrono::steady_clock;
 
 // Median makespan (ms) of `reps` steps of `sched` on 2 GPUs.
+template <class Grouping>
 double measure(hp::schedule const& sched, costs const& c, options const& o, bool two_streams) {
   auto const& shape = sched.shape();
   std::size_t const bytes = static_cast<std::size_t>(o.kib) * 1024;
@@ -125,7 +127,7 @@ double measure(hp::schedule const& sched, costs const& c, options const& o, bool
       comm.barrier(compute);
       compute.synchronize();
       auto const t0 = clock_type::now();
-      static_cast<void>(exec.step(stage, hp::retention::none{}));
+      static_cast<void>(exec.step(stage, hp::retention::none{}, hp::outputs::freed_when_sent{}, Grouping{}));
       compute.synchronize();
       transfer.synchronize();
       auto const t1 = clock_type::now();
@@ -266,6 +268,8 @@ int bench_main(int argc, char** argv) {
       {"zb_h1 p=2 m=" + std::to_string(m), hp::make_schedule<hp::zb_h1>({.stages = 2, .microbatches = m}), even},
       {"1f1b p=2 m=" + std::to_string(m) + ", stage 0 x1.5", hp::make_schedule<hp::one_f_one_b>({.stages = 2, .microbatches = m}), slow0},
       {"zb_h1 p=2 m=" + std::to_string(m) + ", stage 0 x1.5", hp::make_schedule<hp::zb_h1>({.stages = 2, .microbatches = m}), slow0},
+      {"interleaved p=2 m=" + std::to_string(m) + " v=2",
+       hp::make_schedule<hp::interleaved_1f1b>({.stages = 2, .microbatches = m, .chunks = 2}), even},
   };
 
   std::vector<std::pair<std::string, bool>> checks;
@@ -277,28 +281,32 @@ int bench_main(int argc, char** argv) {
   std::printf("pipeline executor on NCCL, p = 2, %s x2; unit %d us (F = 1, B = 2, I = W = 1), %d KiB per transfer, "
               "median of %d steps\n\n",
               prop.name, o.unit_us, o.kib, o.reps);
-  std::printf("%-28s %-8s | %9s %9s %9s | %9s %7s %9s\n", "schedule", "streams", "ideal ms", "model ms", "rdv. ms", "measured",
-              "/ideal", "/model");
+  std::printf("%-28s %-7s %-10s | %9s %9s %9s | %9s %7s %9s\n", "schedule", "streams", "transfers", "ideal ms", "model ms",
+              "rdv. ms", "measured", "/ideal", "/model");
   std::string json;
   for (auto const& r : rows) {
     double const ideal = pipeline_overlap::ideal(r.sched, r.c) * unit_ms;
     double const model = pipeline_overlap::simulate(r.sched, r.c, pipeline_overlap::mode::deferred) * unit_ms;
     double const rendezvous = pipeline_overlap::simulate(r.sched, r.c, pipeline_overlap::mode::rendezvous_in_order) * unit_ms;
-    for (bool two : {true, false}) {
-      double const got = measure(r.sched, r.c, o, two);
-      double const ratio = got / ideal;
-      std::printf("%-28s %-8s | %9.2f %9.2f %9.2f | %9.2f %7.3f %9.3f\n", r.name.c_str(), two ? "two" : "one", ideal, model,
-                  rendezvous, got, ratio, got / model);
-      if (two)
-        checks.emplace_back(r.name + ", two streams: measured / ideal " + std::to_string(ratio) + " <= " + std::to_string(o.max_ratio),
-                            ratio <= o.max_ratio);
-      json += "{\"bench\":\"pipeline_overlap_nccl\",\"device\":\"" + json_escape(prop.name) + "\",\"schedule\":\"" + r.name +
-              "\",\"streams\":" + (two ? "2" : "1") + ",\"unit_us\":" + std::to_string(o.unit_us) +
-              ",\"kib\":" + std::to_string(o.kib) + ",\"reps\":" + std::to_string(o.reps) +
-              ",\"ideal_ms\":" + std::to_string(ideal) + ",\"model_executor_ms\":" + std::to_string(model) +
-              ",\"model_rendezvous_ms\":" + std::to_string(rendezvous) + ",\"measured_ms\":" + std::to_string(got) +
-              ",\"measured_over_ideal\":" + std::to_string(ratio) + "}\n";
-    }
+    for (bool two : {true, false})
+      for (bool grouped : {false, true}) {
+        double const got = grouped ? measure<hp::transfers::grouped>(r.sched, r.c, o, two)
+                                   : measure<hp::transfers::one_by_one>(r.sched, r.c, o, two);
+        double const ratio = got / ideal;
+        std::string const transfers = grouped ? "grouped" : "one_by_one";
+        std::printf("%-28s %-7s %-10s | %9.2f %9.2f %9.2f | %9.2f %7.3f %9.3f\n", r.name.c_str(), two ? "two" : "one",
+                    transfers.c_str(), ideal, model, rendezvous, got, ratio, got / model);
+        if (two)
+          checks.emplace_back(r.name + ", two streams, " + transfers + ": measured / ideal " + std::to_string(ratio) + " <= " +
+                                  std::to_string(o.max_ratio),
+                              ratio <= o.max_ratio);
+        json += "{\"bench\":\"pipeline_overlap_nccl\",\"device\":\"" + json_escape(prop.name) + "\",\"schedule\":\"" + r.name +
+                "\",\"streams\":" + (two ? "2" : "1") + ",\"transfers\":\"" + transfers + "\",\"unit_us\":" + std::to_string(o.unit_us) +
+                ",\"kib\":" + std::to_string(o.kib) + ",\"reps\":" + std::to_string(o.reps) +
+                ",\"ideal_ms\":" + std::to_string(ideal) + ",\"model_executor_ms\":" + std::to_string(model) +
+                ",\"model_rendezvous_ms\":" + std::to_string(rendezvous) + ",\"measured_ms\":" + std::to_string(got) +
+                ",\"measured_over_ideal\":" + std::to_string(ratio) + "}\n";
+      }
   }
 
   std::printf("\nmismatched schedules across the two ranks:\n");

@@ -6,7 +6,9 @@ virtual stages r and 2p - 1 - r), where the virtual stages live (``Placement``: 
 V, or a user's table), hand-written schedules (``place_transfers`` adds the sends
 and receives), the validator, text timelines, the memory model (each rank's peak for one step
 under output retention "all", "reduced" or "none", with outputs freed when sent as Megatron does
-or kept until their backward as PyTorch's PipelineStage does, and sizes per virtual stage or per
+or kept until their backward as PyTorch's PipelineStage does, runs of transfers issued one by
+one or grouped as one batch (``transfers="grouped"``: NCCL group calls, as Megatron and
+PyTorch's batch_isend_irecv issue SEND_F + RECV_B), and sizes per virtual stage or per
 micro-batch) and PyTorch pipelining's action text (``0F1``, ``1B0``, ``2I3``, ``1W0``,
 ``0SEND_F1``...) both ways; rows without a gradient action import as a forward-only schedule.
 Everything runs in C++ (``headroom._core.pipeline``).
@@ -43,6 +45,7 @@ from ._core.pipeline import (
     schedule_kinds,
     ticks,
     timeline,
+    transfer_groupings,
     validate,
 )
 
@@ -50,7 +53,7 @@ __all__ = [
     "Action", "MemoryPlan", "Placement", "RankMemory", "Schedule", "Shape", "StageBytes", "schedule",
     "make_schedule", "schedule_kinds", "place_transfers", "find_problem", "validate", "timeline",
     "ticks", "predict_memory", "peaks", "to_pytorch", "from_pytorch", "to_csv", "from_csv",
-    "RETENTIONS", "output_lifetimes", "fingerprint",
+    "RETENTIONS", "output_lifetimes", "transfer_groupings", "fingerprint",
 ]
 
 RETENTIONS = ("all", "reduced", "none")
@@ -61,10 +64,10 @@ def schedule(kind: str, stages: int, microbatches: int, chunks: int = 1, group: 
     return make_schedule(kind, stages, microbatches, chunks, group)
 
 
-def peaks(s: Schedule, stage_bytes: Any, outputs: str = "freed_when_sent") -> dict:
+def peaks(s: Schedule, stage_bytes: Any, outputs: str = "freed_when_sent", transfers: str = "one_by_one") -> dict:
     """{retention: [peak bytes of rank r]} for every retention policy (``outputs``: the output
-    lifetime, one of ``output_lifetimes``)."""
-    return {r: [m.peak for m in predict_memory(s, stage_bytes, r, outputs).ranks] for r in RETENTIONS}
+    lifetime, one of ``output_lifetimes``; ``transfers``: one of ``transfer_groupings``)."""
+    return {r: [m.peak for m in predict_memory(s, stage_bytes, r, outputs, transfers).ranks] for r in RETENTIONS}
 
 
 def to_pytorch(s: Schedule, compute_only: bool = False) -> list:

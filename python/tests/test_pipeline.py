@@ -132,6 +132,23 @@ def test_memory_model_outputs_kept_until_backward():
     assert [r.peak for r in ev.ranks] == [110, 120] and [r.held_at_end for r in ev.ranks] == [0, 0]
 
 
+def test_memory_model_grouped_transfers():
+    # A run of consecutive transfers as one batch (NCCL group call): rank 0 of 1F1B (p = 2, m = 2)
+    # sends F1's output and receives B0's gradient in one run, so the gradient is live before the
+    # output is freed: 210 + 10. Rank 1 has no run of two transfers.
+    s = pipeline.schedule("one_f_one_b", 2, 2)
+    each = pipeline.StageBytes(activations=100, output=10)
+    m = pipeline.predict_memory(s, each, "none", transfers="grouped")
+    assert m.transfers == "grouped" and "transfers grouped" in str(m)
+    assert [r.peak for r in m.ranks] == [220, 130]
+    assert m.rank(0).peak_action == 3  # the run's first action: SEND_F1
+    assert pipeline.predict_memory(s, each, "none").transfers == "one_by_one"
+    assert pipeline.peaks(s, each, transfers="grouped")["none"] == [220, 130]
+    assert set(pipeline.transfer_groupings) == {"one_by_one", "grouped"}
+    with pytest.raises(headroom.invalid_argument, match="transfers = 'batched'; expected one of 'one_by_one', 'grouped'"):
+        pipeline.predict_memory(s, each, "none", transfers="batched")
+
+
 def test_fingerprint_tells_schedules_and_sizes_apart():
     s = pipeline.schedule("one_f_one_b", 2, 4)
     each = pipeline.StageBytes(activations=100, output=10)

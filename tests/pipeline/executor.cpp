@@ -35,7 +35,7 @@ struct run_output {
   std::map<int, std::vector<int>> weight_grad_order;  // rank -> stage*1000+k as taken
 };
 
-template <class G, class O = hp::outputs::freed_when_sent>
+template <class G, class O = hp::outputs::freed_when_sent, class T = hp::transfers::one_by_one>
 run_output run_pipeline(hp::pipeline_shape const& shape, toy::dims d) {
   auto const sched = hp::make_schedule<G>(shape);
   auto const bytes = hp::model_bytes::uniform(shape, toy::stage_cost(d));
@@ -49,8 +49,9 @@ run_output run_pipeline(hp::pipeline_shape const& shape, toy::dims d) {
       int const s = sched.placement().virtual_stage(comm.rank(), c);
       stage.chunks.emplace(s, toy::make_params(d, s));
     }
-    auto result = exec.step(stage, hp::retention::reduced{}, O{});
+    auto result = exec.step(stage, hp::retention::reduced{}, O{}, T{});
     CHECK(exec.statistics().bytes().value == 0);  // nothing held after the step
+    CHECK(exec.statistics().bytes().peak == exec.plan(hp::retention::reduced{}, O{}, T{}).rank(comm.rank()).peak);
     std::lock_guard lock(mutex);
     for (auto& [s, p] : stage.chunks) out.params[s] = p;
     out.weight_grad_order[comm.rank()] = stage.backward_order;
@@ -62,11 +63,12 @@ run_output run_pipeline(hp::pipeline_shape const& shape, toy::dims d) {
   return out;
 }
 
-template <class G, class O = hp::outputs::freed_when_sent>
+template <class G, class O = hp::outputs::freed_when_sent, class T = hp::transfers::one_by_one>
 void check_against_reference(hp::pipeline_shape const& shape) {
   CAPTURE(shape);
+  CAPTURE(T::name);
   toy::dims const d{.width = 6, .rows = 3};
-  auto const got = run_pipeline<G, O>(shape, d);
+  auto const got = run_pipeline<G, O, T>(shape, d);
   // The reference adds each stage's weight gradients in the schedule's order (micro-batch
   // order, except GPipe with v > 1, which runs backwards from the last one), and the stages
   // took them in that order.
@@ -126,6 +128,25 @@ TEST_CASE("V-shape and user placements: gradients and losses bit-equal to a sing
   check_against_reference<hp::zbv, hp::outputs::kept_until_backward>({.stages = 3, .microbatches = 5, .chunks = 2});
   check_against_reference<hp::dualpipe_v, hp::outputs::kept_until_backward>({.stages = 2, .microbatches = 5, .chunks = 2});
 }
+TEST_CASE("grouped transfers (one batch per run of sends and receives): bit-equal, model == measured") {
+  using grouped = hp::transfers::grouped;
+  using freed = hp::outputs::freed_when_sent;
+  for (int p : {2, 3, 4})
+    for (int m : {1, 2, 5, 8}) {
+      check_against_reference<hp::one_f_one_b, freed, grouped>({.stages = p, .microbatches = m});
+      check_against_reference<hp::zb_h1, freed, grouped>({.stages = p, .microbatches = m});
+      check_against_reference<hp::gpipe, freed, grouped>({.stages = p, .microbatches = m});
+    }
+  for (int p : {2, 4})
+    for (int v : {2, 3}) {
+      check_against_reference<hp::interleaved_1f1b, freed, grouped>({.stages = p, .microbatches = 2 * p, .chunks = v});
+      check_against_reference<hp::interleaved_zb, freed, grouped>({.stages = p, .microbatches = p, .chunks = v});
+    }
+  check_against_reference<hp::zbv, freed, grouped>({.stages = 3, .microbatches = 5, .chunks = 2});
+  check_against_reference<hp::dualpipe_v, hp::outputs::kept_until_backward, grouped>({.stages = 2, .microbatches = 5, .chunks = 2});
+  check_against_reference<hp::one_f_one_b, hp::outputs::kept_until_backward, grouped>({.stages = 4, .microbatches = 6});
+}
+
 
 namespace {
 // A stage with its own overlapped member: the executor calls it instead of forward + backward.

@@ -2,7 +2,7 @@
 // The pipeline executor over NCCL, one process driving 2 GPUs (one host thread per GPU):
 //   - gradients and losses bit-equal to a single-GPU run of the same kernels, and close to the
 //     host reference, for every schedule, with one stream and with separate compute / transfer
-//     streams;
+//     streams, transfers one by one and grouped (ncclGroupStart/End per run);
 //   - the step is stream-ordered: it returns while the device is still busy, and sent buffers
 //     are back in the pool once the streams drain;
 //   - retention on the device: the last stage's pool high-water mark does not move with m under
@@ -52,7 +52,7 @@ struct run_output {
   std::vector<int> loss_microbatches;
 };
 
-template <class G, class R = hp::retention::reduced>
+template <class G, class R = hp::retention::reduced, class T = hp::transfers::one_by_one>
 run_output run_pipeline(hp::pipeline_shape const& shape, toy::dims d, bool two_streams) {
   auto const sched = hp::make_schedule<G>(shape);
   auto const bytes = hp::model_bytes::uniform(shape, toy::stage_cost(d));
@@ -65,8 +65,8 @@ run_output run_pipeline(hp::pipeline_shape const& shape, toy::dims d, bool two_s
     device_toy::rank_model model(d, shape, comm.rank(), memory, compute);
     auto& losses = model.losses;
     hp::cuda::nccl_executor<> exec(comm, memory, sched, bytes, compute, two_streams ? transfer.view() : compute.view());
-    auto result = exec.step(model.stage, R{});
-    auto const plan = exec.plan(R{}).rank(comm.rank());
+    auto result = exec.step(model.stage, R{}, hp::outputs::freed_when_sent{}, T{});
+    auto const plan = exec.plan(R{}, hp::outputs::freed_when_sent{}, T{}).rank(comm.rank());
     CHECK(exec.statistics().bytes().peak == plan.peak);
     CHECK(exec.statistics().bytes().value == plan.held_at_end);
     std::vector<double> host_losses(static_cast<std::size_t>(shape.microbatches));
@@ -89,10 +89,11 @@ run_output run_pipeline(hp::pipeline_shape const& shape, toy::dims d, bool two_s
 
 bool same_bits(std::vector<float> const& a, std::vector<float> const& b) { return headroom_test::same_bytes(a, b); }
 
-template <class G>
+template <class G, class T = hp::transfers::one_by_one>
 void check_against_reference(hp::pipeline_shape const& shape, bool two_streams) {
   CAPTURE(shape);
   CAPTURE(two_streams);
+  CAPTURE(T::name);
   toy::dims const d{.width = 16, .rows = 8};
   // Every stage adds its weight gradients in one micro-batch order (reversed for GPipe with
   // v > 1): the GPU reference takes the micro-batches in that order.
@@ -105,7 +106,7 @@ void check_against_reference(hp::pipeline_shape const& shape, bool two_streams) 
     gpu_ref = device_toy::run_reference(d, shape.virtual_stages(), shape.microbatches, s, order.front());
   }
   auto const host_ref = toy::run_reference(d, shape.virtual_stages(), shape.microbatches, order);
-  auto const got = run_pipeline<G>(shape, d, two_streams);
+  auto const got = run_pipeline<G, hp::retention::reduced, T>(shape, d, two_streams);
   REQUIRE(got.params.size() == gpu_ref.stages.size());
   for (int s = 0; s < shape.virtual_stages(); ++s) {
     CAPTURE(s);
@@ -150,6 +151,19 @@ TEST_CASE("NCCL: gradients and losses bit-equal to a single-GPU run, every sched
     check_against_reference<hp::zb_h1>({.stages = 2, .microbatches = 4}, two_streams);
     check_against_reference<hp::interleaved_1f1b>({.stages = 2, .microbatches = 4, .chunks = 2}, two_streams);
     check_against_reference<hp::gpipe>({.stages = 2, .microbatches = 3, .chunks = 2}, two_streams);
+  }
+}
+
+TEST_CASE("NCCL: grouped transfers (one ncclGroupStart/End per run of sends and receives): bit-equal, model == measured") {
+  require_two_gpus();
+  using grouped = hp::transfers::grouped;
+  for (bool two_streams : {false, true}) {
+    for (int m : {1, 4}) {
+      check_against_reference<hp::one_f_one_b, grouped>({.stages = 2, .microbatches = m}, two_streams);
+      check_against_reference<hp::gpipe, grouped>({.stages = 2, .microbatches = m}, two_streams);
+    }
+    check_against_reference<hp::zb_h1, grouped>({.stages = 2, .microbatches = 4}, two_streams);
+    check_against_reference<hp::interleaved_1f1b, grouped>({.stages = 2, .microbatches = 4, .chunks = 2}, two_streams);
   }
 }
 

@@ -7,7 +7,8 @@
 //
 //   receives   MPI_Irecv posted at the recv's place in the list (its buffer is allocated there,
 //              as the memory model counts), waited on just before the computation that reads it
-//   sends      MPI_Isend at the send's place, completed before the buffer is released
+//   sends      MPI_Isend at the send's place, completed before the buffer is released; in a
+//              batch (transfers::grouped) the run's MPI_Isends are completed together at its end
 //   waits      MPI_Test in a loop that also probes for an abort message from any rank, backing
 //              off to short sleeps so that oversubscribed ranks leave the CPU to the others
 //   abort      the failing rank cancels its posted receives and sends a short abort message (its
@@ -48,9 +49,32 @@ class transport<mpi::communicator> {
   transport& operator=(transport&&) noexcept = default;
   transport(transport const&) = delete;
   transport& operator=(transport const&) = delete;
-  ~transport() { cancel_receives(); }
+  ~transport() {
+    cancel_sends();
+    cancel_receives();
+  }
 
-  void begin() noexcept { cancel_receives(); }
+  void begin() noexcept {
+    cancel_sends();
+    cancel_receives();
+  }
+
+  /// A run of transfers posted together: sends are not completed one by one but at end().
+  class batch_scope {
+   public:
+    explicit batch_scope(transport& t) noexcept : t_(&t) { t.batching_ = true; }
+    batch_scope(batch_scope const&) = delete;
+    batch_scope& operator=(batch_scope const&) = delete;
+    ~batch_scope() {
+      if (t_->batching_) t_->cancel_sends();  // posting threw: nothing of the batch is waited on
+    }
+    /// Completes the batch's sends (polling for an abort meanwhile, as every wait does).
+    void end() { t_->complete_sends(); }
+
+   private:
+    transport* t_;
+  };
+  [[nodiscard]] batch_scope batch() noexcept { return batch_scope(*this); }
 
   transfer_ticket post_recv(std::span<std::byte> buffer, int peer, host::inline_stream const&) {
     MPI_Request request = MPI_REQUEST_NULL;
@@ -72,6 +96,10 @@ class transport<mpi::communicator> {
   void send(std::span<std::byte const> buffer, int peer, host::inline_stream const&) {
     MPI_Request request = MPI_REQUEST_NULL;
     HEADROOM_MPI_TRY(MPI_Isend(buffer.data(), count("send", buffer.size()), MPI_BYTE, peer, data_tag, comm_->get(), &request));
+    if (batching_) {
+      sends_.push_back(request);
+      return;
+    }
     complete(request, MPI_STATUS_IGNORE, true);
   }
 
@@ -88,6 +116,7 @@ class transport<mpi::communicator> {
   }
 
   void abort(std::string const& why) noexcept {
+    cancel_sends();
     cancel_receives();
     int const me = comm_->rank();
     int const n = comm_->size();
@@ -160,6 +189,26 @@ class transport<mpi::communicator> {
     }
   }
 
+  void complete_sends() {
+    batching_ = false;
+    try {
+      for (auto& request : sends_) complete(request, MPI_STATUS_IGNORE, true);
+    } catch (...) {
+      cancel_sends();  // the ones not yet complete, before their buffers are freed by the unwinding
+      throw;
+    }
+    sends_.clear();
+  }
+  void cancel_sends() noexcept {
+    batching_ = false;
+    for (auto& request : sends_)
+      if (request != MPI_REQUEST_NULL) {
+        MPI_Cancel(&request);
+        MPI_Request_free(&request);
+      }
+    sends_.clear();
+  }
+
   void cancel_receives() noexcept {
     for (auto& r : receives_)
       if (r.request != MPI_REQUEST_NULL) {
@@ -171,6 +220,8 @@ class transport<mpi::communicator> {
 
   mpi::communicator* comm_;
   std::vector<posted> receives_;
+  std::vector<MPI_Request> sends_;  // a batch's sends, completed at its end
+  bool batching_ = false;
 };
 
 }  // namespace headroom::pipeline

@@ -246,6 +246,10 @@ class communicator {
         ncclBroadcast(buffer.data(), buffer.data(), buffer.size(), datatype_v<T>, root, st.comm, s.get()), st.comm);
   }
 
+  /// The RAII batch of point-to-point calls (ncclGroupStart on construction, ncclGroupEnd at
+  /// end()): what pipeline::transfers::grouped issues a run of transfers in.
+  using group_type = nccl::group;
+
   template <class T>
   void send(std::span<T const> data, int peer, stream_type const& s) {
     auto& st = live("send");

@@ -76,6 +76,7 @@ enum class action_kind : std::uint8_t {
 [[nodiscard]] constexpr bool is_recv(action_kind k) noexcept {
   return k == action_kind::recv_forward || k == action_kind::recv_backward;
 }
+[[nodiscard]] constexpr bool is_transfer(action_kind k) noexcept { return is_send(k) || is_recv(k); }
 
 struct action {
   action_kind kind = action_kind::forward;

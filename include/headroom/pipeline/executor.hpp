@@ -63,6 +63,7 @@
 #include "headroom/pipeline/schedule.hpp"
 #include "headroom/pipeline/stage.hpp"
 #include "headroom/pipeline/stage_bytes.hpp"
+#include "headroom/pipeline/transfer_grouping.hpp"
 #include "headroom/pipeline/transport.hpp"
 #include "headroom/pipeline/validate.hpp"
 #include "headroom/stats/statistics_resource.hpp"
@@ -211,9 +212,9 @@ class executor {
   [[nodiscard]] counting_resource& statistics() noexcept { return *counted_; }
 
   /// The memory model's prediction for this executor's schedule and sizes.
-  template <output_retention R, output_lifetime O = outputs::freed_when_sent>
-  [[nodiscard]] memory_plan plan(R r = {}, O o = {}) const {
-    return predict_memory(schedule_, bytes_, r, o);
+  template <output_retention R, output_lifetime O = outputs::freed_when_sent, transfer_grouping T = transfers::one_by_one>
+  [[nodiscard]] memory_plan plan(R r = {}, O o = {}, T t = {}) const {
+    return predict_memory(schedule_, bytes_, r, o, t);
   }
 
   /// Runs this rank's actions of one step. Throws invalid_argument before any transfer when the
@@ -224,19 +225,22 @@ class executor {
   /// already finished its actions learns it at the step's closing handshake.
   /// Returns step_result<loss_t<Stage, Stream>, buffer>. Unconstrained so that a stage without
   /// forward / loss stops at the sentence below, not at loss_t's constraint.
-  template <class Stage, output_retention R = retention::reduced, output_lifetime O = outputs::freed_when_sent>
-  auto step(Stage& stage, R r = {}, O o = {}) {
+  /// T (transfers::one_by_one or grouped) says how runs of consecutive transfers are issued; see
+  /// transfer_grouping.hpp.
+  template <class Stage, output_retention R = retention::reduced, output_lifetime O = outputs::freed_when_sent,
+            transfer_grouping T = transfers::one_by_one>
+  auto step(Stage& stage, R r = {}, O o = {}, T t = {}) {
     static_assert(forward_stage<Stage, Stream>,
                   "pipeline::executor::step(stage): Stage is not a pipeline::forward_stage of the executor's stream "
                   "type: give it forward(forward_args<Stream> const&) and a loss(loss_args<Stream> const&) that "
                   "returns a movable, non-void value (and backward(backward_args<Stream> const&) to train)");
-    if constexpr (forward_stage<Stage, Stream>) return step_checked(stage, r, o);
+    if constexpr (forward_stage<Stage, Stream>) return step_checked(stage, r, o, t);
   }
 
  private:
-  template <class Stage, class R, class O>
+  template <class Stage, class R, class O, class T>
     requires forward_stage<Stage, Stream>
-  step_result<loss_t<Stage, Stream>, buffer> step_checked(Stage& stage, R, O) {
+  step_result<loss_t<Stage, Stream>, buffer> step_checked(Stage& stage, R, O, T) {
     if constexpr (!pipeline_stage<Stage, Stream>) {
       expects(schedule_.forward_only(), "pipeline::executor::step: schedule '", schedule_.name(),
               "' trains (it has backwards); the stage has no backward member, expected a forward-only schedule");
@@ -251,7 +255,7 @@ class executor {
     step_result<loss_t<Stage, Stream>, buffer> result;
     transport_.begin();
     try {
-      run_actions<R, O>(stage, slots, result);
+      run_actions<R, O, T>(stage, slots, result);
       transport_.finish(transfer_);
     } catch (group_aborted const&) {
       throw;  // a peer failed and told everyone
@@ -287,7 +291,7 @@ class executor {
   // over), its callbacks run, its buffers are released. An overlapped action allocates for both
   // its forward and its backward before either runs, and releases after both, as the memory
   // model counts it.
-  template <class R, class O, class Stage, class Result>
+  template <class R, class O, class T, class Stage, class Result>
   void run_actions(Stage& stage, std::vector<slot>& slots, Result& result) {
     auto const& shape = schedule_.shape();
     auto const& where = schedule_.placement();
@@ -371,24 +375,23 @@ class executor {
       }
     };
 
-    for (action const& a : schedule_.actions(rank_)) {
+    auto const list = schedule_.actions(rank_);
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      action const& a = list[i];
+      if (is_transfer(a.kind)) {  // a run of transfers: one by one, or the whole run as one batch
+        std::size_t n = 1;
+        if constexpr (T::batched)
+          while (i + n < list.size() && is_transfer(list[i + n].kind)) ++n;
+        run_transfers(list.subspan(i, n), slot_of, !O::until_backward || eval);
+        i += n - 1;
+        continue;
+      }
       slot& sl = slot_of(a.microbatch, a.stage);
-      stage_bytes const& b = bytes_.at(a.stage, a.microbatch);
-      std::size_t const in_bytes = bytes_.input(a.stage, a.microbatch);
       switch (a.kind) {
         case action_kind::recv_forward:
-          sl.input = allocate(in_bytes);
-          sl.input_pending = receive(sl.input, a.peer);
-          break;
         case action_kind::send_forward:
-          if (O::until_backward && !eval) send_only(sl.output, a.peer);
-          else send_and_release(sl.output, a.peer);
-          break;
         case action_kind::recv_backward:
-          sl.grad_output = allocate(b.output);
-          sl.grad_output_pending = receive(sl.grad_output, a.peer);
-          break;
-        case action_kind::send_backward: send_and_release(sl.grad_input, a.peer); break;
+        case action_kind::send_backward: break;  // above
         case action_kind::forward:
           forward_prepare(a);
           stage.forward(forward_args_of(a));
@@ -442,33 +445,69 @@ class executor {
     e.wait_on(to);
   }
 
-  void send_only(std::optional<buffer>& b, int peer) {
-    if (two_streams()) order_after(compute_, transfer_);  // the producer finished writing
-    std::span<std::byte const> const data = view(b);
-    transport_.send(data, peer, transfer_);
-    if (b) b->use_on(transfer_);
-  }
-  void send_and_release(std::optional<buffer>& b, int peer) {
-    send_only(b, peer);
-    release(b);  // stream-ordered: compute waits for the send's event, then frees; the host goes on
-  }
-  // Posts the receive at its place in the list; arrived() completes it just before the
-  // computation that reads it: on the host, the transport's wait; with two streams, the compute
-  // stream's wait for the recv's event on the device (so computations that do not need it go on
-  // while the transfer stream waits for the peer).
-  [[nodiscard]] std::optional<pending_receive> receive(std::optional<buffer>& b, int peer) {
-    if (two_streams()) order_after(compute_, transfer_);  // the allocation is ordered on compute
-    auto const ticket = transport_.post_recv(view(b), peer, transfer_);
-    std::optional<pending_receive> pending;
-    if constexpr (transport<Comm>::defers_receives) pending.emplace().ticket = ticket;
-    if (two_streams()) {
-      if (b) b->use_on(transfer_);
-      if (!pending) pending.emplace();
-      pending->event.emplace();
-      pending->event->record(transfer_);  // compute waits for it before the consumer
+  // A run of consecutive transfers (one, or a whole run under transfers::grouped). The run's
+  // receive buffers are allocated first (ordered on compute, as the model counts), then every
+  // transfer is posted in list order (as one batch of the substrate when there are several:
+  // ncclGroupStart/End, MPI_Isends completed together), then the receives get their events and
+  // the sent buffers their stream use and release (stream-ordered: compute waits for the send's
+  // event, then frees; the host goes on). `release_sent_outputs` is false under
+  // kept_until_backward, where a sent output stays until its backward.
+  template <class SlotOf>
+  void run_transfers(std::span<action const> run, SlotOf const& slot_of, bool release_sent_outputs) {
+    auto const buffer_of = [&](action const& a) -> std::optional<buffer>& {
+      slot& sl = slot_of(a.microbatch, a.stage);
+      switch (a.kind) {
+        case action_kind::recv_forward: return sl.input;
+        case action_kind::recv_backward: return sl.grad_output;
+        case action_kind::send_forward: return sl.output;
+        default: return sl.grad_input;
+      }
+    };
+    auto const pending_of = [&](action const& a) -> std::optional<pending_receive>& {
+      slot& sl = slot_of(a.microbatch, a.stage);
+      return a.kind == action_kind::recv_forward ? sl.input_pending : sl.grad_output_pending;
+    };
+    for (action const& a : run) {
+      if (a.kind == action_kind::recv_forward) buffer_of(a) = allocate(bytes_.input(a.stage, a.microbatch));
+      if (a.kind == action_kind::recv_backward) buffer_of(a) = allocate(bytes_.at(a.stage, a.microbatch).output);
     }
-    return pending;
+    // `transfer` waits for what compute did so far: the producers' writes, the allocations.
+    if (two_streams()) order_after(compute_, transfer_);
+    auto const post_all = [&] {
+      for (action const& a : run) {
+        if (is_recv(a.kind)) {
+          auto const ticket = transport_.post_recv(view(buffer_of(a)), a.peer, transfer_);
+          if constexpr (transport<Comm>::defers_receives) pending_of(a).emplace().ticket = ticket;
+        } else {
+          transport_.send(std::span<std::byte const>(view(buffer_of(a))), a.peer, transfer_);
+        }
+      }
+    };
+    if (run.size() > 1) {
+      auto batch = transport_.batch();  // abandoned (NCCL: the group ended; MPI: sends cancelled) if posting throws
+      post_all();
+      batch.end();
+    } else {
+      post_all();
+    }
+    for (action const& a : run) {
+      std::optional<buffer>& b = buffer_of(a);
+      if (b && (is_send(a.kind) || two_streams())) b->use_on(transfer_);
+      if (is_recv(a.kind)) {
+        if (two_streams()) {  // compute waits for it before the consumer, not here
+          auto& pending = pending_of(a);
+          if (!pending) pending.emplace();
+          pending->event.emplace();
+          pending->event->record(transfer_);
+        }
+      } else if (a.kind == action_kind::send_backward || release_sent_outputs) {
+        release(b);
+      }
+    }
   }
+  // Completes a posted receive just before the computation that reads it: on the host, the
+  // transport's wait; with two streams, the compute stream's wait for the recv's event on the
+  // device (so computations that do not need it go on while the transfer stream waits).
   void arrived(std::optional<pending_receive>& pending) {
     if (!pending) return;
     if (pending->ticket) transport_.wait(*pending->ticket);

@@ -24,6 +24,10 @@
 // Within one action every allocation happens before any release, so the peak counts them
 // together. Outputs kept under retention::all are still held at the end of the step.
 //
+// Under transfers::grouped a run of consecutive transfers is one batch: all its receive
+// allocations, then all its sends' releases (transfer_grouping.hpp); the run's peak is reported
+// at its first action.
+//
 // Under outputs::kept_until_backward (PyTorch's PipelineStage) send_forward frees nothing, the
 // last stage keeps its output past the loss, and each backward also frees its stage's output.
 // In a forward-only schedule a forward frees its stash and input right after it (there is no
@@ -48,6 +52,7 @@
 #include "headroom/pipeline/retention.hpp"
 #include "headroom/pipeline/schedule.hpp"
 #include "headroom/pipeline/stage_bytes.hpp"
+#include "headroom/pipeline/transfer_grouping.hpp"
 #include "headroom/pipeline/validate.hpp"
 
 namespace headroom::pipeline {
@@ -66,8 +71,14 @@ struct rank_memory {
 class memory_plan {
  public:
   memory_plan(std::string schedule_name, pipeline_shape shape, std::string_view retention, std::vector<rank_memory> ranks,
-              std::string_view lifetime = outputs::freed_when_sent::name)
-      : schedule_(std::move(schedule_name)), shape_(shape), retention_(retention), lifetime_(lifetime), ranks_(std::move(ranks)) {}
+              std::string_view lifetime = outputs::freed_when_sent::name,
+              std::string_view grouping = transfers::one_by_one::name)
+      : schedule_(std::move(schedule_name)),
+        shape_(shape),
+        retention_(retention),
+        lifetime_(lifetime),
+        grouping_(grouping),
+        ranks_(std::move(ranks)) {}
 
   [[nodiscard]] rank_memory const& rank(int r) const {
     shape_.check_rank(r, "pipeline::memory_plan::rank");
@@ -77,6 +88,8 @@ class memory_plan {
   [[nodiscard]] pipeline_shape const& shape() const noexcept { return shape_; }
   [[nodiscard]] std::string_view retention() const noexcept { return retention_; }
   [[nodiscard]] std::string_view lifetime() const noexcept { return lifetime_; }
+  /// How runs of consecutive transfers were counted: "one_by_one" or "grouped".
+  [[nodiscard]] std::string_view transfers() const noexcept { return grouping_; }
   /// The rank with the highest total (the one a dashboard must show).
   [[nodiscard]] rank_memory const& max_rank() const {
     return *std::max_element(ranks_.begin(), ranks_.end(),
@@ -86,6 +99,7 @@ class memory_plan {
   friend std::ostream& operator<<(std::ostream& os, memory_plan const& m) {
     os << "memory plan " << m.schedule_ << " (" << m.shape_ << ", retention " << m.retention_;
     if (m.lifetime_ != outputs::freed_when_sent::name) os << ", outputs " << m.lifetime_;
+    if (m.grouping_ != transfers::one_by_one::name) os << ", transfers " << m.grouping_;
     os << ")\n";
     for (auto const& r : m.ranks_)
       os << "  rank " << r.rank << ": peak " << format_bytes(static_cast<std::uint64_t>(r.peak)) << " at action "
@@ -100,14 +114,16 @@ class memory_plan {
   pipeline_shape shape_;
   std::string_view retention_;
   std::string_view lifetime_;
+  std::string_view grouping_;
   std::vector<rank_memory> ranks_;
 };
 
-/// Predicts every rank's peak for one step of `s` with costs `bytes` and retention R. Validates
-/// the schedule first; throws invalid_argument when `bytes` does not have p·v stages, and
-/// capacity_error when a size or a rank's sum of sizes does not fit a 64-bit count.
-template <output_retention R, output_lifetime O = outputs::freed_when_sent>
-[[nodiscard]] memory_plan predict_memory(schedule const& s, model_bytes const& bytes, R = {}, O = {}) {
+/// Predicts every rank's peak for one step of `s` with costs `bytes`, retention R, output
+/// lifetime O and transfer grouping T. Validates the schedule first; throws invalid_argument
+/// when `bytes` does not have p·v stages, and capacity_error when a size or a rank's sum of
+/// sizes does not fit a 64-bit count.
+template <output_retention R, output_lifetime O = outputs::freed_when_sent, transfer_grouping T = transfers::one_by_one>
+[[nodiscard]] memory_plan predict_memory(schedule const& s, model_bytes const& bytes, R = {}, O = {}, T = {}) {
   validate(s);
   auto const& shape = s.shape();
   bytes.check(shape, "pipeline::predict_memory");
@@ -131,7 +147,7 @@ template <output_retention R, output_lifetime O = outputs::freed_when_sent>
       m.parameters = sum(m.parameters, as_int(bytes[where.virtual_stage(r, c)].parameters), r, "parameters");
     std::int64_t live = 0;
     auto const list = s.actions(r);
-    for (std::size_t i = 0; i < list.size(); ++i) {
+    for (std::size_t i = 0; i < list.size();) {
       struct delta {
         std::int64_t grow = 0;
         std::int64_t shrink = 0;
@@ -171,11 +187,18 @@ template <output_retention R, output_lifetime O = outputs::freed_when_sent>
         return d;
       };
       action const& a = list[i];
+      std::size_t next = i + 1;
       delta d = change(a);
       if (a.kind == action_kind::overlapped) {  // both parts allocate, then both release
         delta const f = change(forward_part(a)), bw = change(backward_part(a));
         d.grow = sum(f.grow, bw.grow, r, "live bytes");
         d.shrink = f.shrink + bw.shrink;
+      } else if (T::batched && is_transfer(a.kind)) {  // the run's receives, then its sends' releases
+        for (; next < list.size() && is_transfer(list[next].kind); ++next) {
+          delta const t = change(list[next]);
+          d.grow = sum(d.grow, t.grow, r, "live bytes");
+          d.shrink += t.shrink;
+        }
       }
       std::int64_t const grow = d.grow, shrink = d.shrink;
       live = sum(live, grow, r, "live bytes");
@@ -184,11 +207,12 @@ template <output_retention R, output_lifetime O = outputs::freed_when_sent>
         m.peak_action = i;
       }
       live -= shrink;
+      i = next;
     }
     m.held_at_end = live;
     out.push_back(m);
   }
-  return memory_plan(s.name(), shape, R::name, std::move(out), O::name);
+  return memory_plan(s.name(), shape, R::name, std::move(out), O::name, T::name);
 }
 
 }  // namespace headroom::pipeline

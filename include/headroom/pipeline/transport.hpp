@@ -9,6 +9,10 @@
 //   wait(ticket)                           just before the computation that reads the buffer
 //   send(buffer, peer, s)                  at the send's place; complete when it returns, so
 //                                          the sender may release the buffer (stream-ordered)
+//   batch() -> b; ...; b.end()             transfers posted between them go as one batch
+//                                          (transfers::grouped); complete when end() returns.
+//                                          A batch destroyed without end() is abandoned
+//                                          (posting threw): nothing posted in it is waited on
 //   all_gather(in, out, s, resource)       the executor's one check collective (host words)
 //   finish(s)                              the step's closing handshake: a rank that finished
 //                                          still learns of a failure elsewhere
@@ -19,15 +23,18 @@
 //                             for transfers ordered on a device stream (NCCL: the host never
 //                             waits, and the issue order must match across ranks) and for any
 //                             blocking point-to-point without buffering. abort() calls the
-//                             communicator's abort() when it has one (NCCL: ncclCommAbort).
+//                             communicator's abort() when it has one (NCCL: ncclCommAbort);
+//                             batch() is the communicator's group_type when it has one (NCCL:
+//                             nccl::group, ncclGroupStart/End), else nothing.
 //   host::thread_communicator sends are buffered copies, so a receive may complete any time after
 //                             its send: it is completed at its consumer, in FIFO order per peer
 //                             (a consumer that needs a later message completes the earlier ones
 //                             first; the lists are projections of one global order, so they
 //                             arrive in that order). abort() aborts the thread_group; finish()
-//                             is a barrier.
+//                             is a barrier; a batch changes nothing (sends are buffered).
 //   mpi::communicator         mpi/pipeline.hpp: MPI_Irecv posted at its place, MPI_Isend, every
-//                             wait polling for an abort message; finish() is an MPI_Ibarrier.
+//                             wait polling for an abort message; finish() is an MPI_Ibarrier; a
+//                             batch's MPI_Isends are completed together at its end.
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -50,6 +57,11 @@ struct transfer_ticket {
 };
 
 namespace detail {
+/// The batch of a substrate that has nothing to batch.
+struct no_batch {
+  void end() noexcept {}
+};
+
 /// Every transfer issued at its place in the list, in list order; see the primary transport.
 template <class Comm>
 class in_order_transport {
@@ -69,6 +81,11 @@ class in_order_transport {
   template <class S>
   void send(std::span<std::byte const> buffer, int peer, S const& s) {
     comm_->send(buffer, peer, s);
+  }
+  /// The communicator's RAII group (constructed open, end() launches it), if it has one.
+  [[nodiscard]] auto batch() {
+    if constexpr (requires { typename Comm::group_type; }) return typename Comm::group_type{};
+    else return no_batch{};
   }
   template <class S, class Resource>
   void all_gather(std::span<std::int64_t const> in, std::span<std::int64_t> out, S const& s, Resource&) {
@@ -127,6 +144,7 @@ class transport<host::thread_communicator> {
     }
   }
   void send(std::span<std::byte const> buffer, int peer, host::inline_stream const&) { comm_->send(buffer, peer); }
+  [[nodiscard]] static detail::no_batch batch() noexcept { return {}; }
   template <class Resource>
   void all_gather(std::span<std::int64_t const> in, std::span<std::int64_t> out, host::inline_stream const& s, Resource&) {
     comm_->all_gather(in, out, s);

@@ -25,6 +25,7 @@
 #include "headroom/pipeline/placement.hpp"
 #include "headroom/pipeline/pytorch_format.hpp"
 #include "headroom/pipeline/schedules.hpp"
+#include "headroom/pipeline/transfer_grouping.hpp"
 #include "headroom/pipeline/timeline.hpp"
 #include "headroom/pipeline/v_schedules.hpp"
 #include "headroom/pipeline/validate.hpp"
@@ -122,22 +123,29 @@ schedule generate(str_arg kind, pipeline_shape const& shape) {
   }
 }
 
-template <output_lifetime O>
-memory_plan predict(schedule const& s, model_bytes const& bytes, str_arg retention, O lifetime) {
+template <output_lifetime O, transfer_grouping T>
+memory_plan predict(schedule const& s, model_bytes const& bytes, str_arg retention, O lifetime, T grouping) {
   switch (as_choice(retention, "retention", {"all", "reduced", "none"})) {
     case 0:
-      return predict_memory(s, bytes, retention::all{}, lifetime);
+      return predict_memory(s, bytes, retention::all{}, lifetime, grouping);
     case 1:
-      return predict_memory(s, bytes, retention::reduced{}, lifetime);
+      return predict_memory(s, bytes, retention::reduced{}, lifetime, grouping);
     default:
-      return predict_memory(s, bytes, retention::none{}, lifetime);
+      return predict_memory(s, bytes, retention::none{}, lifetime, grouping);
   }
 }
 
-memory_plan predict(schedule const& s, model_bytes const& bytes, str_arg retention, str_arg outputs) {
+template <output_lifetime O>
+memory_plan predict(schedule const& s, model_bytes const& bytes, str_arg retention, O lifetime, str_arg grouping) {
+  if (as_choice(grouping, "transfers", {"one_by_one", "grouped"}) == 0)
+    return predict(s, bytes, retention, lifetime, transfers::one_by_one{});
+  return predict(s, bytes, retention, lifetime, transfers::grouped{});
+}
+
+memory_plan predict(schedule const& s, model_bytes const& bytes, str_arg retention, str_arg outputs, str_arg grouping) {
   if (as_choice(outputs, "outputs", {"freed_when_sent", "kept_until_backward"}) == 0)
-    return predict(s, bytes, retention, outputs::freed_when_sent{});
-  return predict(s, bytes, retention, outputs::kept_until_backward{});
+    return predict(s, bytes, retention, outputs::freed_when_sent{}, grouping);
+  return predict(s, bytes, retention, outputs::kept_until_backward{}, grouping);
 }
 
 /// One StageBytes per virtual stage (`what` names the list in messages).
@@ -336,6 +344,7 @@ void bind_pipeline(nb::module_& m) {
   sub.attr("schedule_kinds") = nb::make_tuple("gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1", "interleaved_zb",
                                               "forward_only", "zbv", "dualpipe_v");
   sub.attr("output_lifetimes") = nb::make_tuple("freed_when_sent", "kept_until_backward");
+  sub.attr("transfer_groupings") = nb::make_tuple("one_by_one", "grouped");
   sub.def(
       "place_transfers",
       [](std::string name, pipeline_shape const& shape,
@@ -386,6 +395,9 @@ void bind_pipeline(nb::module_& m) {
       .def_prop_ro(
           "outputs", [](memory_plan const& p) { return std::string(p.lifetime()); },
           "The output lifetime: freed_when_sent or kept_until_backward.")
+      .def_prop_ro(
+          "transfers", [](memory_plan const& p) { return std::string(p.transfers()); },
+          "How runs of consecutive transfers were counted: one_by_one or grouped.")
       .def_prop_ro("shape", [](memory_plan const& p) { return p.shape(); })
       .def(
           "rank", [](memory_plan const& p, int_arg r) { return p.rank(as_int(r, "rank")); }, nb::arg("rank"))
@@ -397,11 +409,14 @@ void bind_pipeline(nb::module_& m) {
          nb::typed<nb::handle,
                    std::variant<stage_bytes, std::vector<stage_bytes>, std::vector<std::vector<stage_bytes>>>>
              stages,
-         str_arg retention, str_arg outputs) { return predict(s, model_bytes_of(s, stages), retention, outputs); },
+         str_arg retention, str_arg outputs,
+         str_arg grouping) { return predict(s, model_bytes_of(s, stages), retention, outputs, grouping); },
       nb::arg("schedule"), nb::arg("stage_bytes"), nb::arg("retention") = "all", nb::arg("outputs") = "freed_when_sent",
+      nb::arg("transfers") = "one_by_one",
       "Each rank's peak for one step with output retention 'all', 'reduced' or 'none', outputs freed when sent "
-      "(Megatron) or kept until their backward (PyTorch's PipelineStage); stage_bytes: one StageBytes for all "
-      "stages, one per virtual stage, or one list per micro-batch.");
+      "(Megatron) or kept until their backward (PyTorch's PipelineStage), runs of consecutive transfers issued "
+      "'one_by_one' or 'grouped' (one batch: its receives allocated before its sends are freed); stage_bytes: one "
+      "StageBytes for all stages, one per virtual stage, or one list per micro-batch.");
 
   sub.def(
       "fingerprint",
