@@ -36,6 +36,7 @@
 // share of the executor's counting resource it returns to, so it may outlive the executor (a
 // temporary one too) and the step_result it came in. The caller's own resource must outlive
 // them, as it must outlive any allocation from it.
+#include <algorithm>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -200,6 +201,16 @@ class executor {
     if (own) std::rethrow_exception(own);
     auto const why = detail::disagreement(all, comm.size(), "pipeline::executor");
     expects<collective_mismatch>(why.empty(), why);
+    // Substrates that connect peers lazily (NCCL) connect this rank's peers now, alike on both
+    // sides of each pair (the ranks agree on the schedule, so the peer sets are symmetric).
+    if constexpr (requires(std::span<int const> p) { transport_.connect(p, transfer_, resource); }) {
+      std::vector<int> peers;
+      for (action const& a : schedule_.actions(rank_))
+        if (is_transfer(a.kind)) peers.push_back(a.peer);
+      std::sort(peers.begin(), peers.end());
+      peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+      transport_.connect(std::span<int const>(peers), transfer_, resource);
+    }
   }
   /// One stream for callbacks and transfers (the host substrate's inline stream, by default).
   executor(Comm& comm, Resource& resource, schedule s, model_bytes bytes, Stream stream = Stream{})

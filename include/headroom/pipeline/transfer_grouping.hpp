@@ -17,9 +17,8 @@
 //                the bytes the run sends.
 //
 // Grouping only relaxes the order the peers see (a batch completes no later than its last
-// transfer would one by one), so a schedule validate() accepts stays deadlock-free, and ranks
-// may choose differently. Policies are empty tags passed to executor::step, executor::plan and
-// predict_memory.
+// transfer would one by one), so a schedule validate() accepts stays deadlock-free. Policies are
+// empty tags passed to executor::step, executor::plan and predict_memory.
 #include <concepts>
 #include <string_view>
 

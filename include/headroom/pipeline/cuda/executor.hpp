@@ -76,6 +76,34 @@ class transport<Comm> : public detail::in_order_transport<Comm> {
     }
     resource.deallocate(s, block, bytes);
   }
+
+  /// NCCL sets up a point-to-point connection lazily, at the first transfer with a peer, in a
+  /// handshake both sides must make alike: a group that holds a send and a receive to a peer
+  /// connects both directions at once, and a peer that posts its half alone answers for one
+  /// direction; NCCL 2.28 fails that pairing ("Message truncated", seen on 2x H100 with
+  /// transfers::grouped, 1F1B p = 2, m = 1). The executor therefore connects every peer of its
+  /// schedule when it is built: one group of a one-byte send and receive per peer, on every rank.
+  template <class Resource>
+  void connect(std::span<int const> peers, headroom::cuda::stream_view s, Resource& resource) {
+    if constexpr (requires { typename Comm::group_type; }) {
+      if (peers.empty()) return;
+      std::size_t const bytes = 2 * peers.size();
+      auto* block = static_cast<std::byte*>(resource.allocate(s, bytes));
+      try {
+        HEADROOM_CUDA_TRY(cudaMemsetAsync(block, 0, bytes, s.get()));
+        typename Comm::group_type group;
+        for (std::size_t i = 0; i < peers.size(); ++i) {
+          this->comm().send(std::span<std::byte const>(block + i, 1), peers[i], s);
+          this->comm().recv(std::span<std::byte>(block + peers.size() + i, 1), peers[i], s);
+        }
+        group.end();
+      } catch (...) {
+        resource.deallocate(s, block, bytes);
+        throw;
+      }
+      resource.deallocate(s, block, bytes);  // stream-ordered after the group
+    }
+  }
 };
 
 }  // namespace headroom::pipeline
