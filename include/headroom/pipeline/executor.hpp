@@ -25,10 +25,10 @@
 // Two streams: callbacks run on `compute`; transfers run on `comm` (the same stream by
 // default). When they differ, each transfer makes `comm` wait for `compute` on the device, the
 // computation that reads a received buffer makes `compute` wait for the recv's event first (not
-// the recv's place in the list: computations in between go on), and a sent buffer is released
-// through a lifetime::guard (stream_ordered: compute waits for the send's event on the device,
-// then frees). On the host (thread ranks, MPI) the transport defers the wait the same way; see
-// transport.hpp.
+// the recv's place in the list: computations in between go on), and a sent buffer's
+// lifetime::guard is handed to `comm` (set_owner) and released: it is freed on `comm` after the
+// send, so compute never waits for a send. On the host (thread ranks, MPI) the transport defers
+// the wait the same way; see transport.hpp.
 // The schedules are deadlock-free under blocking send/recv (validate() checks it), so NCCL's
 // device-side blocking p2p is safe with one host thread per rank.
 //
@@ -460,8 +460,10 @@ class executor {
   // receive buffers are allocated first (ordered on compute, as the model counts), then every
   // transfer is posted in list order (as one batch of the substrate when there are several:
   // ncclGroupStart/End, MPI_Isends completed together), then the receives get their events and
-  // the sent buffers their stream use and release (stream-ordered: compute waits for the send's
-  // event, then frees; the host goes on). `release_sent_outputs` is false under
+  // the sent buffers are released. With two streams a sent buffer is handed to the transfer
+  // stream and freed there, after its send: compute never waits for a send (a peer that posts
+  // its receive late would stall it otherwise), and the allocator reuses the bytes for compute
+  // only in stream order. The host goes on either way. `release_sent_outputs` is false under
   // kept_until_backward, where a sent output stays until its backward.
   template <class SlotOf>
   void run_transfers(std::span<action const> run, SlotOf const& slot_of, bool release_sent_outputs) {
@@ -503,7 +505,9 @@ class executor {
     }
     for (action const& a : run) {
       std::optional<buffer>& b = buffer_of(a);
-      if (b && (is_send(a.kind) || two_streams())) b->use_on(transfer_);
+      bool const release_now = is_send(a.kind) && (a.kind == action_kind::send_backward || release_sent_outputs);
+      if (b && release_now && two_streams()) b->set_owner(transfer_);  // freed after the send, on its stream
+      else if (b && (is_send(a.kind) || two_streams())) b->use_on(transfer_);
       if (is_recv(a.kind)) {
         if (two_streams()) {  // compute waits for it before the consumer, not here
           auto& pending = pending_of(a);
@@ -511,7 +515,7 @@ class executor {
           pending->event.emplace();
           pending->event->record(transfer_);
         }
-      } else if (a.kind == action_kind::send_backward || release_sent_outputs) {
+      } else if (release_now) {
         release(b);
       }
     }

@@ -11,12 +11,13 @@
 //
 // What the GPU path adds to the generic one is only the pairing of types; the behaviour it relies
 // on is the guard's stream_ordered policy (lifetime/policy.hpp):
-//   - a sent output (or input gradient) is a lifetime::guard whose block was used on the transfer
-//     stream; releasing it right after the send records an event on the transfer stream, makes the
-//     compute stream wait for it on the device and frees the block on the compute stream
-//     (cudaFreeAsync for async_resource). The host never blocks; the next allocation ordered on
-//     the compute stream may reuse the bytes (Megatron's deallocate_output_tensor, without
-//     replacing tensor storage by hand);
+//   - a sent output (or input gradient) is a lifetime::guard handed to the transfer stream right
+//     after its send (set_owner: the transfer stream waits for the compute work that wrote it) and
+//     released there: the block is freed on the transfer stream after the send (cudaFreeAsync for
+//     async_resource), so the compute stream never waits for a send, and the allocator gives the
+//     bytes to later compute allocations only in stream order (Megatron's
+//     deallocate_output_tensor, without replacing tensor storage by hand, and without PyTorch's
+//     record_stream quarantine). The host never blocks;
 //   - with one stream for both (the default constructor argument pair), no event is needed at all:
 //     the free is ordered after the send on the same stream;
 //   - NCCL send/recv block on the device until the peer posts its half; the schedules are lowered
