@@ -132,6 +132,7 @@ class _Entry:
 
     def bind(self, device: torch.device):
         """The CUDA plan, with device copies of the boundaries (kept alive here) on `device`."""
+        global _one_device
         if device != self.device:
             if _cuda is None:
                 raise ImportError("headroom.torch.cp: CUDA tensors need headroom._cuda; reinstall headroom with the "
@@ -148,6 +149,7 @@ class _Entry:
             self.cuda_plan.set_device_cu(padded.data_ptr(), padded.numel(), 8)
             self.device, self.device_cu = device, (padded, raw_cu)
             self.device_index = padded.get_device()
+            _one_device = torch.cuda.device_count() == 1
         return self.cuda_plan
 
 
@@ -168,11 +170,19 @@ def _register(cu: torch.Tensor, key: tuple, entry: _Entry) -> _Entry:
     return entry
 
 
-def _lookup(cu: torch.Tensor, cp_size: int, cp_rank: int, layout: str, raw, what: str) -> _Entry:
-    key = (cp_size, cp_rank, layout, raw)
+def _registered(cu: torch.Tensor, key: tuple) -> Optional[_Entry]:
+    """The plan registered for cu and key, if current (no torch op: safe under any mode)."""
     hit = _plans.get((id(cu),) + key)
     if hit is not None and hit[0]() is cu and hit[1].version == cu._version:
         return hit[1]
+    return None
+
+
+def _lookup(cu: torch.Tensor, cp_size: int, cp_rank: int, layout: str, raw, what: str) -> _Entry:
+    key = (cp_size, cp_rank, layout, raw)
+    hit = _registered(cu, key)
+    if hit is not None:
+        return hit
     entry = _Entry(_host_cu(cu, what).tolist(), cu._version, cp_size, cp_rank, _checked_layout(layout, what), raw)
     return _register(cu, key, entry)
 
@@ -180,11 +190,12 @@ def _lookup(cu: torch.Tensor, cp_size: int, cp_rank: int, layout: str, raw, what
 # ---- input checks (before anything runs) -------------------------------------------------------------
 
 
-def _check_rows(x: torch.Tensor, rows: int, what: str, name: str, expected: str) -> None:
+def _check_rows(x: torch.Tensor, rows: int, what: str, name: str, expected: str) -> torch.Size:
+    """x's shape, once checked (the implementations size their output from it)."""
     # One cheap test for the common case (every op runs it per call); the messages only on failure.
     shape = x.shape
     if shape and shape[0] == rows and x.is_contiguous() and (x.is_cuda or x.is_cpu):
-        return
+        return shape
     if x.dim() < 1:
         raise invalid_argument(f"{what}: {name} is a 0-d tensor, expected [rows, ...] with {rows} rows ({expected})")
     if x.shape[0] != rows:
@@ -206,6 +217,11 @@ _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
     lambda device: torch.cuda.current_stream(device).cuda_stream)
 
 
+# Whether the process sees one CUDA device, set at the first bind (the count is fixed once CUDA is
+# up): then every tensor is on the current device and the launch skips asking which one that is.
+_one_device = False
+
+
 def _launch(entry: _Entry, method: str, x: torch.Tensor, rows: int, out: torch.Tensor, out_rows: int,
             extra: tuple = ()) -> torch.Tensor:
     """One kernel launch on x's device and that device's current stream; x has `rows` rows (checked),
@@ -216,7 +232,7 @@ def _launch(entry: _Entry, method: str, x: torch.Tensor, rows: int, out: torch.T
     device = x.get_device()
     plan = entry.cuda_plan if entry.device_index == device else entry.bind(x.device)
     width = elements // rows if rows else _width(x)
-    if device != _current_device():
+    if not _one_device and device != _current_device():
         with torch.cuda.device(device):
             getattr(plan, method)(x.data_ptr(), rows, out.data_ptr(), out_rows, width, x.element_size(), *extra,
                                   _raw_stream(device))
@@ -237,23 +253,24 @@ _PAD_SPLIT_ADJ = "headroom.torch.cp.pad_split_adjoint"
 
 
 # `entry`: the plan, when the caller (a Partition, on the eager path) holds it current; the ops
-# find it from cu_seqlens.
+# find it from cu_seqlens. Outputs are sized from the checked shape, the sizes as separate
+# arguments: torch parses a shape tuple ~0.5 us slower per call.
 
 
 def _split_impl(x, cu_seqlens, cp_size, cp_rank, layout, entry=None):
     e = entry or _lookup(cu_seqlens, cp_size, cp_rank, layout, None, _SPLIT)
-    _check_rows(x, e.global_rows, _SPLIT, "input", "cu_seqlens[-1], the padded total")
+    shape = _check_rows(x, e.global_rows, _SPLIT, "input", "cu_seqlens[-1], the padded total")
     if x.is_cpu:
         return x.index_select(0, e.index("local", x.device))
-    return _launch(e, "split", x, e.global_rows, x.new_empty((e.local_rows, *x.shape[1:])), e.local_rows)
+    return _launch(e, "split", x, e.global_rows, x.new_empty(e.local_rows, *shape[1:]), e.local_rows)
 
 
 def _split_adjoint_impl(y, cu_seqlens, cp_size, cp_rank, layout, entry=None):
     e = entry or _lookup(cu_seqlens, cp_size, cp_rank, layout, None, _SPLIT_ADJ)
-    _check_rows(y, e.local_rows, _SPLIT_ADJ, "input", "this rank's rows, cu_seqlens[-1] / cp_size")
+    shape = _check_rows(y, e.local_rows, _SPLIT_ADJ, "input", "this rank's rows, cu_seqlens[-1] / cp_size")
     if y.is_cpu:
-        return y.new_zeros((e.global_rows, *y.shape[1:])).index_copy_(0, e.index("local", y.device), y)
-    return _launch(e, "split_adjoint", y, e.local_rows, y.new_empty((e.global_rows, *y.shape[1:])), e.global_rows)
+        return y.new_zeros(e.global_rows, *shape[1:]).index_copy_(0, e.index("local", y.device), y)
+    return _launch(e, "split_adjoint", y, e.local_rows, y.new_empty(e.global_rows, *shape[1:]), e.global_rows)
 
 
 def _to_sequence_order_impl(x, cu_seqlens, cp_size, layout, entry=None):
@@ -294,7 +311,7 @@ def _fill(pad_value: float, dtype: torch.dtype) -> bytes:
 def _pad_split_impl(raw, raw_cu_seqlens, cp_size, cp_rank, layout, tp, extra, total_multiple, pad_value, shift,
                     entry=None):
     e = entry or _lookup(raw_cu_seqlens, cp_size, cp_rank, layout, (tp, extra, total_multiple), _PAD_SPLIT)
-    _check_rows(raw, e.raw_rows, _PAD_SPLIT, "raw input", "raw_cu_seqlens[-1]")
+    shape = _check_rows(raw, e.raw_rows, _PAD_SPLIT, "raw input", "raw_cu_seqlens[-1]")
     if shift != 0 and shift != 1:
         raise invalid_argument(f"{_PAD_SPLIT}: shift = {shift}, expected 0 (the rows) or 1 (next-token labels)")
     if raw.is_cpu:
@@ -305,7 +322,7 @@ def _pad_split_impl(raw, raw_cu_seqlens, cp_size, cp_rank, layout, tp, extra, to
         out = raw.index_select(0, idx.clamp(min=0))
         out[idx < 0] = pad
         return out
-    return _launch(e, "pad_split", raw, e.raw_rows, raw.new_empty((e.local_rows, *raw.shape[1:])), e.local_rows,
+    return _launch(e, "pad_split", raw, e.raw_rows, raw.new_empty(e.local_rows, *shape[1:]), e.local_rows,
                    (_fill(pad_value, raw.dtype), shift))
 
 
@@ -454,15 +471,15 @@ class _Eager(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, call):
         impl, grad, args, entry = call
-        ctx.call = (grad, args, x.shape[0])  # not the plan: the graph keeps what it holds alive
+        # Not the plan: the graph keeps what it holds alive. The row count only where the formula
+        # takes it (reading x.shape costs every other op a little).
+        ctx.call = (grad, args, x.shape[0]) if grad is _pad_split_grad else (grad, args)
         return impl(x, *args, entry)
 
     @staticmethod
     def backward(ctx, g):
-        grad, args, rows = ctx.call
-        if grad is _pad_split_grad:
-            return grad(g, args, rows), None
-        return grad(g, args), None
+        grad, *rest = ctx.call
+        return grad(g, *rest), None
 
 
 # Function.apply in Python (torch <= 2.14) binds default arguments and walks the arguments for
@@ -482,8 +499,9 @@ _function_modes = torch._C._is_torch_function_mode_enabled
 _grad_enabled = torch.is_grad_enabled
 
 
-def _call(op, impl, grad, x, entry, *args):
+def _call(op, impl, grad, x, entry, args):
     # Eager only with nothing that needs the dispatcher (see above); tested inline, every call runs it.
+    # `args`: the op's arguments after x, a tuple the Partition builds once.
     if not (type(x) is torch.Tensor and (x.is_cuda or x.is_cpu) and not _is_compiling()
             and _dispatch_modes() == 0 and not _function_modes() and _functorch_level() is None):
         return op(x, *args)
@@ -514,6 +532,7 @@ class Partition:
         self._padded = _register(self._cu, (int(cp_size), int(cp_rank), layout, None),
                                  _Entry(self._cu.tolist(), self._cu._version, int(cp_size), int(cp_rank),
                                         _checked_layout(layout, what)))
+        self._op_args()
 
     @classmethod
     def from_raw(cls, raw_cu_seqlens, cp_size: int, cp_rank: int, *, layout: str = "dual_chunk", tp: int = 1,
@@ -528,7 +547,16 @@ class Partition:
         self._cu = torch.from_numpy(self._raw_plan.padding.padded_cu_seqlens).clone()
         self._padded = _register(self._cu, key[:3] + (None,),
                                  _Entry(self._cu.tolist(), self._cu._version, *key[:3]))
+        self._op_args()
         return self
+
+    def _op_args(self):
+        # The ops' arguments after the tensor, built once: the methods pass them as they are.
+        cp_size, cp_rank, layout, _ = self._padded.args
+        self._split_args = (self._cu, cp_size, cp_rank, layout)
+        self._order_args = (self._cu, cp_size, layout)
+        self._seq = self._padded if cp_rank == 0 else None  # rank 0's plan (see _rank0)
+        self._pad_args = None if self._raw_plan is None else self._raw_args("headroom.torch.cp.Partition")[1]
 
     # -- what it is
     cp_size = property(lambda self: self._padded.args[0])
@@ -579,34 +607,34 @@ class Partition:
 
     # -- ops
     def _rank0(self) -> Optional[_Entry]:
-        """The plan the reorders use (rank 0's: they cover every rank), when this partition holds it."""
-        e = self._padded
-        return e if e.args[1] == 0 else None
+        """The plan the reorders use (rank 0's: they cover every rank): this partition's own at rank
+        0, else the one the first reorder registered, kept once found (a lookup costs every call);
+        None before that and while compiling (dynamo would guard on the attribute): the op finds it."""
+        if _is_compiling():
+            return None
+        e = self._seq
+        if e is None:
+            cp_size, _, layout, _ = self._padded.args
+            e = self._seq = _registered(self._cu, (cp_size, 0, layout, None))
+        return e
 
     def split(self, x: torch.Tensor) -> torch.Tensor:
         """Global padded [T, ...] -> this rank's [T/cp, ...]."""
-        e = self._padded
-        cp_size, cp_rank, layout, _ = e.args
-        return _call(_split_op, _split_impl, _split_grad, x, e, self._cu, cp_size, cp_rank, layout)
+        return _call(_split_op, _split_impl, _split_grad, x, self._padded, self._split_args)
 
     def split_adjoint(self, y: torch.Tensor) -> torch.Tensor:
         """This rank's [T/cp, ...] back to [T, ...], zeros in the rows other ranks hold."""
-        e = self._padded
-        cp_size, cp_rank, layout, _ = e.args
-        return _call(_split_adjoint_op, _split_adjoint_impl, _split_adjoint_grad, y, e, self._cu,
-                     cp_size, cp_rank, layout)
+        return _call(_split_adjoint_op, _split_adjoint_impl, _split_adjoint_grad, y, self._padded, self._split_args)
 
     def to_sequence_order(self, x: torch.Tensor) -> torch.Tensor:
         """Rank-major [T, ...] (an all-gather of every rank's local rows) -> sequence order."""
-        cp_size, _, layout, _ = self._padded.args
         return _call(_to_sequence_order_op, _to_sequence_order_impl, _to_sequence_order_grad, x, self._rank0(),
-                     self._cu, cp_size, layout)
+                     self._order_args)
 
     def to_rank_order(self, x: torch.Tensor) -> torch.Tensor:
         """Sequence order -> rank-major (TE's thd_sequence_order_to_cp_rank_order)."""
-        cp_size, _, layout, _ = self._padded.args
-        return _call(_to_rank_order_op, _to_rank_order_impl, _to_rank_order_grad, x, self._rank0(), self._cu,
-                     cp_size, layout)
+        return _call(_to_rank_order_op, _to_rank_order_impl, _to_rank_order_grad, x, self._rank0(),
+                     self._order_args)
 
     def _raw_args(self, what: str):
         if self._raw_plan is None:
@@ -617,8 +645,10 @@ class Partition:
     def pad_split(self, raw: torch.Tensor, pad_value: float = 0, shift: int = 0) -> torch.Tensor:
         """split(pad(raw)) in one pass from raw, unpadded [T_raw, ...]. shift = 1: the next token
         of the same sequence (labels), pad_value past each sequence's last real token."""
-        e, args = self._raw_args("headroom.torch.cp.Partition.pad_split")
-        return _call(_pad_split_op, _pad_split_impl, _pad_split_grad, raw, e, *args, float(pad_value), int(shift))
+        if self._pad_args is None:
+            self._raw_args("headroom.torch.cp.Partition.pad_split")  # raises: not from_raw
+        return _call(_pad_split_op, _pad_split_impl, _pad_split_grad, raw, self._raw_plan,
+                     self._pad_args + (float(pad_value), int(shift)))
 
     def shifted_label_split(self, raw_ids: torch.Tensor, raw_loss_mask: Optional[torch.Tensor] = None,
                             pad_value: float = 0):
