@@ -5,6 +5,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <cstddef>
 #include <stdexcept>
 #include <string>
 
@@ -69,16 +70,19 @@ TEST_CASE("MPI: ranks on different schedules raise collective_mismatch on every 
 }
 
 TEST_CASE("MPI: a callback that throws on one rank reaches every rank as an error") {
-  // Grouped too: a peer may be completing a batch of MPI_Isends when the abort arrives.
-  auto const check = [](auto grouping) {
+  // Grouped too: a peer may be completing a batch of MPI_Isends when the abort arrives. With
+  // 1 MiB outputs (far above MPI's eager limit) a send completes only when the failed rank has
+  // posted its receive, so a peer waits in the batch's completion or a single send's.
+  auto const check = [](auto grouping, std::size_t output) {
     for (int fail_rank : {0, 2}) {
       CAPTURE(fail_rank);
       CAPTURE(decltype(grouping)::name);
+      CAPTURE(output);
       mpi::communicator comm(MPI_COMM_WORLD);
       hp::pipeline_shape const shape{.stages = comm.size(), .microbatches = 8};
       auto const sched = hp::make_schedule<hp::one_f_one_b>(shape);
       aligned_resource resource;
-      hp::executor exec(comm, resource, sched, sizes(shape));
+      hp::executor exec(comm, resource, sched, hp::model_bytes::uniform(shape, {.activations = 64, .output = output}));
       failing_stage stage{.rank = comm.rank(), .fail_rank = fail_rank, .fail_microbatch = 3};
       auto const got = outcome([&] { static_cast<void>(exec.step(stage, hp::retention::reduced{}, hp::outputs::freed_when_sent{}, grouping)); });
       CAPTURE(got);
@@ -88,8 +92,10 @@ TEST_CASE("MPI: a callback that throws on one rank reaches every rank as an erro
       MPI_Barrier(MPI_COMM_WORLD);
     }
   };
-  check(hp::transfers::one_by_one{});
-  check(hp::transfers::grouped{});
+  for (std::size_t output : {std::size_t{256}, std::size_t{1} << 20}) {
+    check(hp::transfers::one_by_one{}, output);
+    check(hp::transfers::grouped{}, output);
+  }
 }
 
 TEST_CASE("MPI: ranks that finished learn of a late failure at the step's end") {

@@ -178,10 +178,7 @@ class transport<mpi::communicator> {
         HEADROOM_MPI_TRY(MPI_Get_count(&probe, MPI_CHAR, &length));
         std::string why(static_cast<std::size_t>(length), '\0');
         HEADROOM_MPI_TRY(MPI_Recv(why.data(), length, MPI_CHAR, probe.MPI_SOURCE, abort_tag, c, MPI_STATUS_IGNORE));
-        if (is_send) {
-          MPI_Cancel(&request);
-          MPI_Request_free(&request);
-        }
+        if (is_send) cancel_send(request);
         cancel_receives();  // before the buffers they write into are freed by the unwinding
         throw group_aborted(headroom::detail::concat("rank ", probe.MPI_SOURCE, " aborted the pipeline step: ", why));
       }
@@ -194,19 +191,31 @@ class transport<mpi::communicator> {
     try {
       for (auto& request : sends_) complete(request, MPI_STATUS_IGNORE, true);
     } catch (...) {
-      cancel_sends();  // the ones not yet complete, before their buffers are freed by the unwinding
+      cancel_sends();  // the ones not yet complete, before the unwinding frees their buffers
       throw;
     }
     sends_.clear();
   }
   void cancel_sends() noexcept {
     batching_ = false;
-    for (auto& request : sends_)
-      if (request != MPI_REQUEST_NULL) {
-        MPI_Cancel(&request);
-        MPI_Request_free(&request);
-      }
+    for (auto& request : sends_) cancel_send(request);
     sends_.clear();
+  }
+  // Cancels a send and waits up to a second for it to complete (cancelled, or delivered), so that
+  // its buffer is no longer read when the unwinding frees it. A send the peer has already matched
+  // cannot be cancelled; if a failed peer never takes it, the request is freed after the second
+  // and MPI may still read the buffer (only ever after an abort; MPI offers no way to stop it).
+  static void cancel_send(MPI_Request& request) noexcept {
+    if (request == MPI_REQUEST_NULL) return;
+    MPI_Cancel(&request);
+    auto const deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    for (int done = 0; MPI_Test(&request, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done;) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        MPI_Request_free(&request);
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
   }
 
   void cancel_receives() noexcept {

@@ -27,7 +27,8 @@
 // computation that reads a received buffer makes `compute` wait for the recv's event first (not
 // the recv's place in the list: computations in between go on), and a sent buffer's
 // lifetime::guard is handed to `comm` (set_owner) and released: it is freed on `comm` after the
-// send, so compute never waits for a send. On the host (thread ranks, MPI) the transport defers
+// send, so compute does not wait for the send (unless the allocator reuses the block for compute
+// before the free has run). On the host (thread ranks, MPI) the transport defers
 // the wait the same way; see transport.hpp.
 // The schedules are deadlock-free under blocking send/recv (validate() checks it), so NCCL's
 // device-side blocking p2p is safe with one host thread per rank.
@@ -461,9 +462,10 @@ class executor {
   // transfer is posted in list order (as one batch of the substrate when there are several:
   // ncclGroupStart/End, MPI_Isends completed together), then the receives get their events and
   // the sent buffers are released. With two streams a sent buffer is handed to the transfer
-  // stream and freed there, after its send: compute never waits for a send (a peer that posts
-  // its receive late would stall it otherwise), and the allocator reuses the bytes for compute
-  // only in stream order. The host goes on either way. `release_sent_outputs` is false under
+  // stream and freed there, after its send: compute does not wait for the send (a peer that
+  // posts its receive late would stall it otherwise), unless the allocator hands the block to a
+  // compute allocation before the free has run (cudaMallocAsync may, with its default reuse
+  // policy, by making compute wait for the transfer stream). The host goes on either way. `release_sent_outputs` is false under
   // kept_until_backward, where a sent output stays until its backward.
   template <class SlotOf>
   void run_transfers(std::span<action const> run, SlotOf const& slot_of, bool release_sent_outputs) {
@@ -496,12 +498,24 @@ class executor {
         }
       }
     };
-    if (run.size() > 1) {
-      auto batch = transport_.batch();  // abandoned (NCCL: the group ended; MPI: sends cancelled) if posting throws
-      post_all();
-      batch.end();
-    } else {
-      post_all();
+    try {
+      if (run.size() > 1) {
+        auto batch = transport_.batch();  // abandoned if posting throws (see transport.hpp)
+        post_all();
+        batch.end();
+      } else {
+        post_all();
+      }
+    } catch (...) {
+      // What was posted may still run (NCCL launches an abandoned group): the buffers are marked
+      // as used on the transfer stream, so the unwinding frees them only after it.
+      if (two_streams())
+        for (action const& a : run)
+          if (std::optional<buffer>& b = buffer_of(a); b && b->live()) try {
+              b->use_on(transfer_);
+            } catch (...) {  // no event to be had: the free below is then unordered, as before
+            }
+      throw;
     }
     for (action const& a : run) {
       std::optional<buffer>& b = buffer_of(a);

@@ -13,6 +13,8 @@
 //                                          (transfers::grouped); complete when end() returns.
 //                                          A batch destroyed without end() is abandoned
 //                                          (posting threw): nothing posted in it is waited on
+//                                          by the host; NCCL still launches what was posted,
+//                                          MPI cancels its sends (see mpi/pipeline.hpp)
 //   all_gather(in, out, s, resource)       the executor's one check collective (host words)
 //   finish(s)                              the step's closing handshake: a rank that finished
 //                                          still learns of a failure elsewhere

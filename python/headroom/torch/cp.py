@@ -613,7 +613,7 @@ class Partition:
         if _is_compiling():
             return None
         e = self._seq
-        if e is None:
+        if e is None or e.version != self._cu._version:  # cu_seqlens changed in place: find the rebuilt plan
             cp_size, _, layout, _ = self._padded.args
             e = self._seq = _registered(self._cu, (cp_size, 0, layout, None))
         return e

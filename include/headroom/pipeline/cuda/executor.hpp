@@ -14,10 +14,11 @@
 //   - a sent output (or input gradient) is a lifetime::guard handed to the transfer stream right
 //     after its send (set_owner: the transfer stream waits for the compute work that wrote it) and
 //     released there: the block is freed on the transfer stream after the send (cudaFreeAsync for
-//     async_resource), so the compute stream never waits for a send, and the allocator gives the
-//     bytes to later compute allocations only in stream order (Megatron's
-//     deallocate_output_tensor, without replacing tensor storage by hand, and without PyTorch's
-//     record_stream quarantine). The host never blocks;
+//     async_resource), so the compute stream does not wait for the send, and the allocator gives
+//     the bytes to later compute allocations only in stream order (cudaMallocAsync's default
+//     reuse policy may reuse the block early by making compute wait for the transfer stream).
+//     This is Megatron's deallocate_output_tensor without replacing tensor storage by hand, and
+//     without PyTorch's record_stream quarantine. The host never blocks;
 //   - with one stream for both (the default constructor argument pair), no event is needed at all:
 //     the free is ordered after the send on the same stream;
 //   - NCCL send/recv block on the device until the peer posts its half; the schedules are lowered
