@@ -28,8 +28,8 @@
 // the recv's place in the list: computations in between go on), and a sent buffer's
 // lifetime::guard is handed to `comm` (set_owner) and released: it is freed on `comm` after the
 // send, so compute does not wait for the send (unless the allocator reuses the block for compute
-// before the free has run). On the host (thread ranks, MPI) the transport defers
-// the wait the same way; see transport.hpp.
+// before the free has run). On the host (thread ranks, MPI) the transport defers the wait the
+// same way; see transport.hpp.
 // The schedules are deadlock-free under blocking send/recv (validate() checks it), so NCCL's
 // device-side blocking p2p is safe with one host thread per rank.
 //
@@ -465,8 +465,9 @@ class executor {
   // stream and freed there, after its send: compute does not wait for the send (a peer that
   // posts its receive late would stall it otherwise), unless the allocator hands the block to a
   // compute allocation before the free has run (cudaMallocAsync may, with its default reuse
-  // policy, by making compute wait for the transfer stream). The host goes on either way. `release_sent_outputs` is false under
-  // kept_until_backward, where a sent output stays until its backward.
+  // policy, by making compute wait for the transfer stream). The host goes on either way.
+  // `release_sent_outputs` is false under kept_until_backward, where a sent output stays until
+  // its backward.
   template <class SlotOf>
   void run_transfers(std::span<action const> run, SlotOf const& slot_of, bool release_sent_outputs) {
     auto const buffer_of = [&](action const& a) -> std::optional<buffer>& {
