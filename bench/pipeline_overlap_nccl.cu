@@ -39,6 +39,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -332,9 +333,17 @@ int bench_main(int argc, char** argv) {
     double const ideal = pipeline_overlap::ideal(r.sched, r.c) * unit_ms;
     double const model = pipeline_overlap::simulate(r.sched, r.c, pipeline_overlap::mode::deferred) * unit_ms;
     double const rendezvous = pipeline_overlap::simulate(r.sched, r.c, pipeline_overlap::mode::rendezvous_in_order) * unit_ms;
-    auto const measured = measure(r.sched, r.c, o);
     ideals.push_back(ideal);
-    ratios.emplace_back();
+    ratios.emplace_back(setup_count, std::nan(""));
+    std::vector<double> measured;
+    try {  // a row that fails is a failed check; the other rows and the mismatch cases still run
+      measured = measure(r.sched, r.c, o);
+    } catch (std::exception const& e) {
+      std::printf("%-28s failed: %s\n", r.name.c_str(), e.what());
+      checks.emplace_back(r.name + ": the step failed: " + e.what(), false);
+      continue;
+    }
+    ratios.back().clear();
     for (std::size_t k = 0; k < setup_count; ++k) {
       bool const two = setups[k].two_streams;
       double const got = measured[k];
