@@ -8,6 +8,7 @@
 
 #include "headroom/core/error.hpp"
 #include "headroom/pool/lifetime_pack.hpp"
+#include "lifetime_brute_force.hpp"
 
 namespace pool = headroom::pool;
 using pool::lifetime_item;
@@ -33,48 +34,6 @@ std::vector<lifetime_item> random_items(std::mt19937_64& rng, std::size_t n, std
   return out;
 }
 
-bool overlaps(lifetime_item const& a, lifetime_item const& b) {
-  for (auto const& x : a.alive)
-    for (auto const& y : b.alive)
-      if (x.begin < y.end && y.begin < x.end) return true;
-  return false;
-}
-
-// Independent of the packer's argument: every assignment of aligned offsets below the best arena
-// so far, by depth-first search over items, conflicts checked directly.
-struct brute_force {
-  std::vector<lifetime_item> const& items;
-  std::vector<std::uint64_t> size;
-  std::vector<std::uint64_t> off;
-  std::uint64_t best = UINT64_MAX;
-
-  explicit brute_force(std::vector<lifetime_item> const& it) : items(it), off(it.size()) {
-    for (auto const& i : it) size.push_back(headroom::align_up(i.bytes, A));
-  }
-  std::uint64_t solve() {
-    std::uint64_t total = 0;
-    for (auto s : size) total += s;
-    best = total;  // stacking everything is always valid
-    go(0, 0);
-    return best;
-  }
-  void go(std::size_t i, std::uint64_t top) {
-    if (top >= best) return;
-    if (i == items.size()) {
-      best = top;
-      return;
-    }
-    for (std::uint64_t o = 0; o + size[i] < best; o += A) {
-      bool ok = true;
-      for (std::size_t j = 0; j < i && ok; ++j)
-        if (overlaps(items[i], items[j]) && o < off[j] + size[j] && off[j] < o + size[i]) ok = false;
-      if (!ok) continue;
-      off[i] = o;
-      go(i + 1, std::max(top, o + size[i]));
-    }
-  }
-};
-
 void check_valid(std::vector<lifetime_item> const& items, pool::lifetime_packing const& p) {
   REQUIRE(p.offsets.size() == items.size());
   CHECK_FALSE(pool::find_overlap(items, p.offsets, A).has_value());
@@ -98,7 +57,7 @@ TEST_CASE("pack_lifetimes: the exact search equals a brute-force optimum on rand
     auto const packed = pool::pack_lifetimes(items, {.alignment = A});
     check_valid(items, packed);
     CHECK(packed.optimal);
-    CHECK(packed.arena_bytes == brute_force(items).solve());
+    CHECK(packed.arena_bytes == pool_test::brute_force(items, A).solve());
     auto const greedy = pool::pack_lifetimes(items, {.alignment = A, .exact_items = 0});
     check_valid(items, greedy);
     CHECK(greedy.arena_bytes >= packed.arena_bytes);
@@ -122,7 +81,7 @@ TEST_CASE("the exact search alone, started from stacking every item, reaches the
     CHECK(pool::detail::exact_search(problem, stacked, 1'000'000).run());
     pool::lifetime_packing as_packed{stacked.offset, stacked.arena, problem.bound, "exact", true};
     check_valid(items, as_packed);
-    CHECK(stacked.arena == brute_force(items).solve());
+    CHECK(stacked.arena == pool_test::brute_force(items, A).solve());
   }
 }
 

@@ -83,6 +83,7 @@ inline pack_problem make_pack_problem(std::span<lifetime_item const> items, std:
   std::size_t const n = items.size();
   expects(n < UINT32_MAX, "pool::pack_lifetimes: ", n, " items; expected fewer than 2^32");
   pack_problem p;
+  p.alignment = alignment;
   p.size.resize(n);
   p.conflicts.resize(n);
   p.first_begin.assign(n, UINT64_MAX);
@@ -108,6 +109,8 @@ inline pack_problem make_pack_problem(std::span<lifetime_item const> items, std:
       else merged.push_back(l);
     }
     p.first_begin[i] = merged.front().begin;
+    auto& lives = p.lives.emplace_back();
+    for (auto const& l : merged) lives.emplace_back(l.begin, l.end);
     for (auto const& l : merged) {
       p.alive_time[i] += l.end - l.begin;
       events.push_back({l.begin, true, static_cast<std::uint32_t>(i)});

@@ -17,12 +17,15 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <numeric>
 #include <random>
 #include <span>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "headroom/pool/detail/placement.hpp"
 
 namespace headroom::pool::detail {
 
@@ -32,6 +35,8 @@ struct pack_problem {
   std::vector<std::uint64_t> first_begin;           // earliest lifetime start (left-edge order)
   std::vector<std::uint64_t> alive_time;            // total length of the lifetimes
   std::uint64_t bound = 0;                           // max load
+  std::uint64_t alignment = 1;                       // of every size (and so of every offset)
+  std::vector<std::vector<std::pair<std::uint64_t, std::uint64_t>>> lives;  // merged lifetimes
 };
 
 struct pack_result {
@@ -43,34 +48,18 @@ struct pack_result {
 
 inline constexpr std::uint64_t unplaced = UINT64_MAX;
 
-struct range {
-  std::uint64_t begin;
-  std::uint64_t end;
-};
-
 // The placed conflicts of item i as byte ranges, sorted by begin.
 inline void placed_ranges(pack_problem const& p, std::vector<std::uint64_t> const& offset, std::size_t i,
-                          std::vector<range>& out) {
+                          std::vector<byte_range>& out) {
   out.clear();
   for (auto j : p.conflicts[i])
     if (offset[j] != unplaced && p.size[j] > 0) out.push_back({offset[j], offset[j] + p.size[j]});
-  std::sort(out.begin(), out.end(), [](range a, range b) { return a.begin < b.begin; });
-}
-
-// Lowest offset >= `from` at which `size` bytes avoid every range (sorted by begin).
-inline std::uint64_t first_fit(std::vector<range> const& taken, std::uint64_t size, std::uint64_t from = 0) {
-  std::uint64_t cursor = from;
-  for (auto const& r : taken) {
-    if (r.end <= cursor) continue;
-    if (cursor + size <= r.begin) break;
-    cursor = std::max(cursor, r.end);
-  }
-  return cursor;
+  std::sort(out.begin(), out.end(), [](byte_range a, byte_range b) { return a.begin < b.begin; });
 }
 
 // The smallest gap between ranges (sorted by begin) below `top` that holds `size`; first fit when
 // none does. Ties: the lowest gap.
-inline std::uint64_t best_fit(std::vector<range> const& taken, std::uint64_t size, std::uint64_t top) {
+inline std::uint64_t best_fit(std::vector<byte_range>& taken, std::uint64_t size, std::uint64_t top) {
   std::uint64_t cursor = 0;
   std::uint64_t best = unplaced;
   std::uint64_t best_gap = UINT64_MAX;
@@ -85,7 +74,7 @@ inline std::uint64_t best_fit(std::vector<range> const& taken, std::uint64_t siz
     cursor = std::max(cursor, r.end);
   }
   if (cursor < top && top - cursor >= size && top - cursor < best_gap) best = cursor;
-  return best != unplaced ? best : first_fit(taken, size);
+  return best != unplaced ? best : lowest_fit(taken, size);
 }
 
 inline pack_result place_in_order(pack_problem const& p, std::span<std::uint32_t const> order, bool best,
@@ -94,10 +83,10 @@ inline pack_result place_in_order(pack_problem const& p, std::span<std::uint32_t
   r.offset.assign(p.size.size(), unplaced);
   r.arena = 0;
   r.method = method;
-  std::vector<range> taken;
+  std::vector<byte_range> taken;
   for (auto i : order) {
     placed_ranges(p, r.offset, i, taken);
-    std::uint64_t const o = best ? best_fit(taken, p.size[i], r.arena) : first_fit(taken, p.size[i]);
+    std::uint64_t const o = best ? best_fit(taken, p.size[i], r.arena) : lowest_fit(taken, p.size[i]);
     r.offset[i] = o;
     r.arena = std::max(r.arena, o + p.size[i]);
   }
@@ -194,11 +183,11 @@ class exact_search {
     // Lowest feasible offset of every unplaced item; prune on the lower bound they give.
     std::vector<std::pair<std::uint64_t, std::uint32_t>> next;
     std::uint64_t lower = std::max(top, floor_);
-    std::vector<range> taken;
+    std::vector<byte_range> taken;
     for (std::uint32_t i = 0; i < n; ++i) {
       if (offset_[i] != unplaced) continue;
       placed_ranges(p_, offset_, i, taken);
-      std::uint64_t const o = first_fit(taken, p_.size[i]);
+      std::uint64_t const o = lowest_fit(taken, p_.size[i]);
       lower = std::max(lower, std::max(o, last_offset) + p_.size[i]);
       if (o > last_offset || (o == last_offset && (last_item == none || i > last_item))) next.emplace_back(o, i);
     }
@@ -237,6 +226,70 @@ class exact_search {
   std::vector<std::vector<std::uint32_t>> cliques_;
   std::uint64_t floor_ = 0;
 };
+
+// Two-sided placement (placement.hpp) of blocks: items with the same lifetimes stacked into one
+// block (they are always alive together), blocks two-coloured and placed from the bottom and the
+// top of a limit rising from the bound. Exact at the bound when the blocks' conflicts are
+// bipartite (a double buffer: unit i meets units i - 1 and i + 1 only).
+template <class Consider>
+void pack_sided(pack_problem const& p, bool merge, Consider&& consider) {
+  std::size_t const n = p.size.size();
+  std::vector<std::size_t> block_of(n);
+  std::vector<std::vector<std::uint32_t>> members;
+  {
+    std::map<std::vector<std::pair<std::uint64_t, std::uint64_t>>, std::size_t> seen;
+    std::vector<std::uint32_t> by_size(n);
+    std::iota(by_size.begin(), by_size.end(), 0u);
+    std::stable_sort(by_size.begin(), by_size.end(), [&](auto a, auto b) { return p.size[a] > p.size[b]; });
+    for (auto i : by_size) {
+      auto const [it, fresh] = seen.try_emplace(merge ? p.lives[i] : std::vector<std::pair<std::uint64_t, std::uint64_t>>{{i, i}}, members.size());
+      if (fresh) members.emplace_back();
+      block_of[i] = it->second;
+      members[it->second].push_back(i);
+    }
+  }
+  std::size_t const m = members.size();
+  std::vector<std::uint64_t> bytes(m, 0), begin(m, 0);
+  std::vector<std::vector<std::uint32_t>> adj(m);
+  for (std::size_t b = 0; b < m; ++b) {
+    begin[b] = p.first_begin[members[b].front()];
+    for (auto i : members[b]) {
+      bytes[b] += p.size[i];
+      for (auto j : p.conflicts[i])
+        if (block_of[j] != b) adj[b].push_back(static_cast<std::uint32_t>(block_of[j]));
+    }
+    std::sort(adj[b].begin(), adj[b].end());
+    adj[b].erase(std::unique(adj[b].begin(), adj[b].end()), adj[b].end());
+  }
+  std::vector<std::size_t> by_begin(m), by_bytes(m);
+  std::iota(by_begin.begin(), by_begin.end(), std::size_t{0});
+  by_bytes = by_begin;
+  std::stable_sort(by_begin.begin(), by_begin.end(), [&](auto a, auto b) { return begin[a] < begin[b]; });
+  std::stable_sort(by_bytes.begin(), by_bytes.end(), [&](auto a, auto b) { return bytes[a] > bytes[b]; });
+  std::vector<char> const sides = two_sides(adj);
+  std::vector<char> const bottom(m, 0);
+  auto expand = [&](placement const& pl) {
+    pack_result r;
+    r.offset.assign(n, 0);
+    r.arena = pl.arena;
+    r.method = merge ? "two-sided blocks" : "two-sided";
+    for (std::size_t b = 0; b < m; ++b) {
+      std::uint64_t o = pl.offset[b];
+      for (auto i : members[b]) {
+        r.offset[i] = o;
+        o += p.size[i];
+      }
+    }
+    return r;
+  };
+  for (std::uint64_t k = 0; k <= 8; ++k) {
+    std::uint64_t const step = p.bound / 16 * k;
+    std::uint64_t const limit = p.bound + (step + p.alignment - 1) / p.alignment * p.alignment;
+    for (auto const* seq : {&by_begin, &by_bytes})
+      for (auto const* side : {&sides, &bottom})
+        if (consider(expand(place(bytes, adj, *seq, *side, limit)))) return;
+  }
+}
 
 // Greedy over several orders, compaction, then (above the bound) a bounded number of random
 // perturbations of the best order; exact search when there are at most `exact_items` items.
@@ -282,6 +335,19 @@ inline pack_result pack(pack_problem const& p, std::size_t exact_items, std::uin
   for (auto const& o : orders) {
     consider(place_in_order(p, o.order, false, o.name), o.order);
     if (best.arena > p.bound) consider(place_in_order(p, o.order, true, o.name), o.order);
+  }
+  auto const take = [&](pack_result&& r) {
+    if (r.arena < best.arena) {
+      best = std::move(r);
+      best_order.clear();
+    }
+    return best.arena <= p.bound;
+  };
+  if (best.arena > p.bound) pack_sided(p, true, take);
+  if (best.arena > p.bound) pack_sided(p, false, take);
+  if (best_order.empty()) {  // the best came from a placement: its offsets give an order
+    best_order = ids;
+    std::stable_sort(best_order.begin(), best_order.end(), [&](auto a, auto b) { return best.offset[a] < best.offset[b]; });
   }
   if (best.arena > p.bound) compact(p, best);
   // Local search: swap two items of the best order (a fixed generator: the same on every rank).
