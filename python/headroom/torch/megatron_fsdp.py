@@ -1,31 +1,18 @@
 """A drop-in double-buffer allocator for Megatron-FSDP: one arena, planned offsets, fixed addresses.
 
-Megatron-FSDP (``megatron_fsdp.param_and_grad_buffer``) picks its double-buffer allocator with a
-hard-coded conditional, ``MaxPoolAllocator if megatron_fsdp_max_pool_double_buffer else
-FixedPoolAllocator``, looked up as a module attribute when ``ParamAndGradBuffer`` is built.
-:func:`install` puts :class:`PoolAllocator` under both names (until Megatron takes an allocator
-hook, this is the way in); :func:`uninstall` restores them for buffers built afterwards.
-
-:class:`PoolAllocator` keeps Megatron's contract (constructor ``(name, fsdp_param_groups, size=2,
-dtype_fn=attrgetter("dtype"), fallback_to_persistent_buffer=False)``, ``allocate(bucket_id,
-size, dtype, device, mem_alloc_context=None, strict_assignments=True)`` returning an object with
-``.data``, ``free(bucket_id)``, ``fsdp_double_buffer_units``, ``can_allocate(bucket_ids,
-releasable_bucket_ids=None)``) and the torch views; every planning decision and all lease
-bookkeeping are ``headroom.pool.LearningArena``'s (C++). A lease is a bucket from its first
-``allocate`` to its ``free``: Megatron re-fetches a held bucket once per parameter and again at
-the reduce-scatter, and those calls return the same memory without a new lease (docs/torch.md,
-"What a lease is"). The first step is served by the caching allocator while the arena records
-it; :func:`end_step` plans on that trace (planner ``max``: Megatron's MaxPool replayed,
-``by_bytes``, ``interval``: the best of a lifetime-exact packing and both replays), compares the
-plan's fingerprint across the data-parallel group and allocates one arena tensor inside
-Megatron's ``mem_alloc_context`` (one segment for NCCL user-buffer registration). A request the
-plan does not hold is served by the caching allocator, counted and logged; :func:`replan` at a
-step boundary re-lays the arena on the longer trace. :func:`report` says what happened.
-
-Logger: ``headroom.torch.megatron_fsdp``. It warns once when optimizer steps pass without
-:func:`end_step` (the allocators keep learning and their traces grow), when Megatron builds its
-buffers without ``fsdp_double_buffer=True`` after :func:`install` (nothing is replaced then), and
-when :func:`uninstall` leaves allocators of already built buffers in use.
+:func:`install` puts :class:`PoolAllocator` under the two names Megatron-FSDP builds its double
+buffers from (``MaxPoolAllocator``, ``FixedPoolAllocator`` in ``param_and_grad_buffer``), for
+buffers built afterwards. :class:`PoolAllocator` keeps Megatron's contract and the torch views;
+planning, lease bookkeeping, the trace and the fingerprint are ``headroom.pool.LearningArena``'s
+(C++). A lease is a bucket from its first ``allocate`` to its ``free`` (Megatron re-fetches a held
+bucket once per parameter; those calls return the same memory). The first step is served by the
+caching allocator while the arena records it; :func:`end_step` plans, agrees across ranks and
+allocates one arena inside Megatron's ``mem_alloc_context``; requests the plan cannot hold are
+served by the caching allocator and counted; :func:`replan` re-lays; :func:`report` says what
+happened; :func:`predict` estimates before a run. docs/torch.md has the details and the lifetime
+analysis. Logger: ``headroom.torch.megatron_fsdp`` (warns once on a missing :func:`end_step`, on
+buffers built without ``fsdp_double_buffer=True`` after :func:`install`, and at :func:`uninstall`
+while allocators stay in use).
 """
 from __future__ import annotations
 
@@ -141,11 +128,7 @@ def replan() -> None:
 
 
 def report() -> List[Dict[str, Any]]:
-    """One dict per live allocator: ``name``, ``planner``, ``planned``, ``arena_bytes`` (the
-    arena allocated), ``bound`` (max load of the recorded lifetimes), ``winner`` and
-    ``candidates`` (bytes of every layout the planner compared, ``max`` being what Megatron's
-    MaxPool would hold on the same trace), ``fallbacks`` (requests served by the caching
-    allocator, by reason), ``acquires`` (leases served) and ``stats`` (the C++ arena's)."""
+    """:meth:`PoolAllocator.report` of every live allocator."""
     return [a.report() for a in allocators()]
 
 
@@ -277,7 +260,10 @@ class PoolAllocator:
         return self._arena.stats()
 
     def report(self) -> Dict[str, Any]:
-        """See :func:`report`."""
+        """``name``, ``planner``, ``planned``, ``arena_bytes`` (allocated), ``bound`` (max load of
+        the recorded leases), ``winner`` and ``candidates`` (bytes of each layout compared; ``max``
+        is what Megatron's MaxPool holds on the same trace), ``fallbacks`` by reason, ``acquires``
+        (leases) and ``stats`` (the C++ arena's)."""
         plan, stats = self.plan, self._arena.stats()
         return {
             "name": self.name, "planner": self.planner, "planned": plan is not None,
@@ -584,103 +570,14 @@ def installed() -> Optional[str]:
 # prediction before a run
 
 
-def _megatron_step(trace, units: List[List[int]], nbytes: Dict[int, int], what: str, micro_batches: int) -> None:
-    """The leases one training step makes of Megatron-FSDP's double-buffer allocator ``what``
-    (units in forward order), as ``ParamAndGradBuffer`` makes them with overlapped
-    communication: parameters are all-gathered one unit ahead (a unit and the next one held)
-    and released after the unit's forward and again after its backward; gradient buckets are
-    held from the unit's first gradient until the double-buffer limit frees them two units
-    later (GradReducePipeline._enforce_double_buffer_limit), the last two at finish_grad_sync."""
-    def acquire(u):
-        for b in units[u]:
-            trace.acquire(b, nbytes[b])
-
-    def release(u):
-        for b in units[u]:
-            trace.release(b)
-
-    n = len(units)
-    for _ in range(micro_batches):
-        if what == "params":
-            for order in (range(n), range(n - 1, -1, -1)):
-                order = list(order)
-                acquire(order[0])
-                for i, u in enumerate(order):
-                    if i + 1 < n:
-                        acquire(order[i + 1])
-                    release(u)
-        else:
-            backward = list(range(n - 1, -1, -1))
-            for i, u in enumerate(backward):
-                if i >= 2:
-                    release(backward[i - 2])
-                acquire(u)
-            for u in backward[-2:]:
-                release(u)
-    trace.end_step()
-
-
 def predict(model: torch.nn.Module, unit_classes: Sequence[type], *, grad_comm_dtype: Any = torch.bfloat16,
             dp: int = 1, micro_batches: int = 1, alignment: int = DEFAULT_ALIGNMENT) -> Dict[str, Dict[str, Any]]:
-    """Each planner's arena and the bound for a Megatron-FSDP run of ``model`` (on the meta
-    device is enough: no GPU, no memory), before launching it.
+    """Each planner's arena and the bound for a Megatron-FSDP run of ``model`` (the meta device is
+    enough: no GPU, no memory), before launching it: per allocator (``fsdp_params``,
+    ``fsdp_grads``) and ``total``, ``bound``, ``max``, ``by_bytes``, ``interval``, ``winner`` and
+    ``megatron_planned`` (what Megatron's MaxPoolAllocator plans). Needs megatron_fsdp. What it
+    assumes: docs/torch.md, "Predict before running"."""
+    from ._megatron_predict import predict_arenas
 
-    Megatron-FSDP's own code makes the parameter groups (``_get_parameter_groups`` with
-    ``fsdp_unit_modules=unit_classes``, ``optim_grads_params``) and their padded request sizes
-    at ``dp`` data-parallel ranks (``build_data_parallel_buffer_index``); the weights are
-    requested in the model's parameter dtypes, the gradients in ``grad_comm_dtype`` (None: the
-    groups' gradient dtype). One step of ``micro_batches`` is recorded as the lease trace
-    ``ParamAndGradBuffer`` makes with overlapped communication (see ``_megatron_step``: units
-    in module order forward and reverse backward, parameters one unit ahead, gradient buckets
-    two units deep) and planned by ``headroom.pool.plan_lifetimes`` (C++). Returns, per
-    allocator (``fsdp_params``, ``fsdp_grads``) and for their ``total``: ``bound`` (max load),
-    the arena of each planner (``max``, ``by_bytes``, ``interval``), the ``winner`` and
-    ``megatron_planned``, the bytes Megatron's MaxPoolAllocator plans (``size`` copies of its
-    ``max_dtype_bucket_sizes``). A real run records its own trace (``PoolAllocator.trace``);
-    where its order differs from this model the arenas differ."""
-    try:
-        import megatron_fsdp.param_and_grad_buffer as pgb
-        from megatron_fsdp.distributed_data_parallel_config import DistributedDataParallelConfig
-    except ImportError as e:
-        raise headroom.invalid_argument(
-            "headroom.torch.megatron_fsdp.predict: megatron_fsdp is not importable (pip install megatron-fsdp)") from e
-    if not isinstance(dp, int) or dp < 1:
-        raise headroom.invalid_argument(f"headroom.torch.megatron_fsdp.predict: dp {dp!r}; expected an int >= 1")
-    if not isinstance(micro_batches, int) or micro_batches < 1:
-        raise headroom.invalid_argument(
-            f"headroom.torch.megatron_fsdp.predict: micro_batches {micro_batches!r}; expected an int >= 1")
-    policy = pgb.BucketingPolicy(fsdp_unit_modules=list(unit_classes), data_parallel_sharding_strategy="optim_grads_params")
-    groups = pgb._get_parameter_groups(model, policy, {})[0]
-    cfg = DistributedDataParallelConfig(data_parallel_sharding_strategy="optim_grads_params")
-    units: Dict[int, List[int]] = {}
-    for b, pg in enumerate(groups):
-        if pg.fsdp_unit_id is not None:
-            units.setdefault(pg.fsdp_unit_id, []).append(b)
-    if not units:
-        raise headroom.invalid_argument(
-            f"headroom.torch.megatron_fsdp.predict: no module of {model.__class__.__name__} is an instance of "
-            f"{[c.__name__ for c in unit_classes]}; expected the FSDP unit classes")
-    order = [units[u] for u in sorted(units)]
-    out: Dict[str, Dict[str, Any]] = {}
-    for name, what, dtype_fn in (("fsdp_params", "params", operator.attrgetter("dtype")),
-                                 ("fsdp_grads", "grads", (lambda pg: grad_comm_dtype) if grad_comm_dtype is not None
-                                  else operator.attrgetter("grad_dtype"))):
-        trace, nbytes = hp.LeaseTrace(), {}
-        for bs in order:
-            for b in bs:
-                pg, d = groups[b], _storage_dtype(dtype_fn(groups[b]))
-                padded = pgb.build_data_parallel_buffer_index(
-                    [p.shape for p in pg.params], 0, dp, dp > 1, cfg, b, getattr(pg, "chunk_size_factor", 1))[1].size
-                nbytes[b] = padded * _itemsize(d)
-                trace.declare(b, unit=pg.fsdp_unit_id, group=0, dtype=_dtype_name(d),
-                              nbytes=sum(p.numel() for p in pg.params) * _itemsize(d))
-        _megatron_step(trace, order, nbytes, what, micro_batches)
-        plan = hp.plan_lifetimes(trace, alignment=alignment)
-        theirs = pgb.MaxPoolAllocator(name, groups, size=2, dtype_fn=dtype_fn)
-        out[name] = {"bound": plan.bound, "max": plan.candidates["max"], "by_bytes": plan.candidates["by_bytes"],
-                     "interval": plan.arena_bytes, "winner": plan.winner,
-                     "megatron_planned": 2 * sum(n * _itemsize(d) for d, sizes in theirs.max_dtype_bucket_sizes.items()
-                                                 for n in sizes)}
-    out["total"] = {k: sum(out[a][k] for a in ("fsdp_params", "fsdp_grads"))
-                    for k in ("bound", "max", "by_bytes", "interval", "megatron_planned")}
-    return out
+    return predict_arenas(model, unit_classes, grad_comm_dtype=grad_comm_dtype, dp=dp,
+                          micro_batches=micro_batches, alignment=alignment)

@@ -505,3 +505,39 @@ def test_ranks_with_different_plans_fail_before_allocating(tmp_path):
         assert cls == "collective_mismatch" and no_arena
         assert "ranks of one data-parallel group planned different arenas" in msg
         assert "rank 0: fingerprint" in msg and "rank 1: fingerprint" in msg
+
+
+# -------------------------------------------------------------------------------------------
+# predict before running (meta device, Megatron's own parameter groups, the C++ planner)
+
+class Heavy(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = torch.nn.Linear(64, 256, bias=False)
+
+
+class Light(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(64, 16, bias=False)
+
+
+def test_predict_from_a_model_on_the_meta_device():
+    megatron()
+    with torch.device("meta"):
+        model = torch.nn.Sequential(*[Heavy() if i % 3 == 0 else Light() for i in range(6)])
+    p = hm.predict(model, [Heavy, Light], grad_comm_dtype=torch.bfloat16, alignment=256)
+    heavy, light = 64 * 256, 64 * 16  # elements
+    grads, params = p["fsdp_grads"], p["fsdp_params"]
+    # two units alive at a time, heavy units three apart: the bound is one heavy and one light
+    assert grads["bound"] == 2 * heavy + 2 * light and params["bound"] == 4 * heavy + 4 * light
+    # Megatron's buffers alternate: with H,L,L heavy units land in both (MaxPool's run-time bytes)
+    assert grads["max"] == 2 * 2 * heavy and params["max"] == 2 * 4 * heavy
+    assert grads["megatron_planned"] == 2 * 2 * heavy and params["megatron_planned"] == 2 * 4 * heavy
+    for a in (grads, params):
+        assert a["bound"] <= a["interval"] <= a["max"]
+    assert p["total"]["interval"] == grads["interval"] + params["interval"]
+    with pytest.raises(headroom.invalid_argument, match=r"dp 0; expected an int >= 1"):
+        hm.predict(model, [Heavy], dp=0)
+    with pytest.raises(headroom.invalid_argument, match=r"no module of Sequential is an instance of \['Linear'\]"):
+        hm.predict(torch.nn.Sequential(torch.nn.ReLU()), [torch.nn.Linear])
