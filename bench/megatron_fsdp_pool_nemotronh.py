@@ -140,7 +140,8 @@ def train(rank, args, run, out_path):
     else:
         mesh = init_device_mesh("cuda", (args.world_size, 1), mesh_dim_names=("fsdp", "tp"))
     torch.manual_seed(1234)
-    model = NemotronHForCausalLM(model_config(c["hidden"], c["experts"], c["seq"])).to(device)
+    with device:  # initialised on the GPU: the same weights in every run
+        model = NemotronHForCausalLM(model_config(c["hidden"], c["experts"], c["seq"]))
     fsdp = fully_shard_model(
         model, device_mesh=mesh, dp_shard_dim="fsdp", tp_dim="tp", expt_device_mesh=mesh, **mesh_kwargs,
         fsdp_unit_modules=unit_classes(), zero_dp_strategy=3, device=device,
@@ -192,7 +193,7 @@ def train(rank, args, run, out_path):
         Path(out_path).write_text(json.dumps({
             "run": run, "config": args.config, "ranks": everyone,
             "device": torch.cuda.get_device_name(device), "torch": torch.__version__,
-        }))
+        }, default=str))
     dist.barrier()
     dist.destroy_process_group()
 
@@ -220,7 +221,7 @@ def row_of(r, ref) -> dict:
                                 for x in ranks)}
     else:
         arena = max(sum(p["arena_bytes"] for p in x["pools"]) for x in ranks)
-        bound = max(sum(p["bound"] for p in x["pools"]) for x in ranks)
+        bound = max(sum(p["bound"] or 0 for p in x["pools"]) for x in ranks)
         by_pool = {p["name"]: p["arena_bytes"] for p in ranks[0]["pools"] if p["arena_bytes"]}
     row = {
         "run": r["run"], "arena": arena, "bound": bound, "by_pool": by_pool,
@@ -231,6 +232,33 @@ def row_of(r, ref) -> dict:
         "winners": sorted({f"{p['name']}:{p['winner']}" for x in ranks for p in x["pools"] if p.get("winner")}),
     }
     return row
+
+
+def table(results, configs, runs) -> list:
+    """Prints one row per (config, run) against the config's MaxPool run; returns the rows."""
+    mib = lambda n: "-" if n is None else f"{n / 2**20:.2f}"  # noqa: E731
+    print(f"{'config':10s} {'run':17s} {'arena MiB':>10s} {'bound MiB':>10s} {'/bound':>6s} {'peak MiB':>10s} {'d peak':>8s} "
+          f"{'step ms':>8s} {'x MaxPool':>9s} {'losses':>6s} {'fallbk':>6s}  arenas")
+    rows = []
+    for config in configs:
+        ref = results.get((config, MAXPOOL))
+        base = row_of(ref, None) if ref else None
+        for run in runs:
+            r = results.get((config, run))
+            if r is None:
+                continue
+            row = row_of(r, ref)
+            row["config"] = config
+            if base:
+                row["peak_minus_maxpool"] = row["peak"] - base["peak"]
+                row["step_vs_maxpool"] = row["median_step_ms"] / base["median_step_ms"]
+            rows.append(row)
+            ratio = f"{row['arena'] / row['bound']:.3f}" if row["bound"] else "-"
+            print(f"{config:10s} {run:17s} {mib(row['arena']):>10s} {mib(row['bound']):>10s} {ratio:>6s} {mib(row['peak']):>10s} "
+                  f"{(row.get('peak_minus_maxpool', 0)) / 2**20:+8.2f} {row['median_step_ms']:8.2f} "
+                  f"{row.get('step_vs_maxpool', float('nan')):9.3f} {'Y' if row['bit_equal'] else 'N':>6s} "
+                  f"{row['fallbacks']:6d}  " + ", ".join(f"{k} {v / 2**20:.2f}" for k, v in row["by_pool"].items()))
+    return rows
 
 
 def main() -> int:
@@ -295,27 +323,7 @@ def main() -> int:
     layout = f"HSDP {2} x {args.world_size // 2}" if args.hsdp else f"dp = {args.world_size}"
     print(f"\nNemotronH {PATTERN} under Megatron-FSDP {mfsdp_version}, {layout}, {device}, "
           f"{args.steps} steps, {date}")
-    mib = lambda n: "-" if n is None else f"{n / 2**20:.2f}"  # noqa: E731
-    print(f"{'config':10s} {'run':17s} {'arena MiB':>10s} {'bound MiB':>10s} {'peak MiB':>10s} {'d peak':>8s} "
-          f"{'step ms':>8s} {'x MaxPool':>9s} {'losses':>6s} {'fallbk':>6s}  arenas")
-    rows = []
-    for config in args.configs.split(","):
-        ref = results.get((config, MAXPOOL))
-        base = row_of(ref, None) if ref else None
-        for run in runs:
-            r = results.get((config, run))
-            if r is None:
-                continue
-            row = row_of(r, ref)
-            row["config"] = config
-            if base:
-                row["peak_minus_maxpool"] = row["peak"] - base["peak"]
-                row["step_vs_maxpool"] = row["median_step_ms"] / base["median_step_ms"]
-            rows.append(row)
-            print(f"{config:10s} {run:17s} {mib(row['arena']):>10s} {mib(row['bound']):>10s} {mib(row['peak']):>10s} "
-                  f"{(row.get('peak_minus_maxpool', 0)) / 2**20:+8.2f} {row['median_step_ms']:8.2f} "
-                  f"{row.get('step_vs_maxpool', float('nan')):9.3f} {'Y' if row['bit_equal'] else 'N':>6s} "
-                  f"{row['fallbacks']:6d}  " + ", ".join(f"{k} {v / 2**20:.2f}" for k, v in row["by_pool"].items()))
+    rows = table(results, args.configs.split(","), runs)
     summary = {"bench": "megatron_fsdp_pool_nemotronh", "device": device, "date": date,
                "megatron_fsdp": mfsdp_version, "world_size": args.world_size, "hsdp": args.hsdp,
                "steps": args.steps, "pattern": PATTERN, "configs": {k: CONFIGS[k] for k in args.configs.split(",")},
