@@ -83,7 +83,8 @@ std::vector<std::string> names_of() {
 }
 
 std::string_view kind_name(checked_report const& r, std::size_t i) {
-  return r.is_bool(i) ? "bool" : name_of(kind_of(r.report()[i].value));
+  if (r.is_bool(i)) return "bool";
+  return kind_of(r.report()[i].value) == value_kind::int64 ? "int" : "float";
 }
 
 constexpr char const* max_name = "stats::reducer::max";

@@ -108,7 +108,7 @@ struct classified {
   return {};
 }
 
-inline constexpr char const* expected_number = "an int (exact int64), a float or a bool";
+inline constexpr char const* expected_number = "an int, float or bool";
 
 /// A dict's (key, value) pairs with strong references; `what` names the argument in TypeError.
 [[nodiscard]] inline std::vector<std::pair<nb::object, nb::object>> items_of(nb::handle h, char const* what) {
