@@ -65,6 +65,10 @@ class _Fast:
     size: int
     device: Optional[torch.device]
 
+    def pack(self, values: Dict[str, Any], op: str) -> Optional[np.ndarray]:
+        """The words of ``values`` when it has this state's keys, order and types, else None."""
+        return self.state.pack_max(values) if op == "max" else self.state.pack_gather(values)
+
 
 _agreed: Dict[Any, _Agreed] = {}  # group -> the keys every rank agreed on, and the wire plan
 _fast: Dict[Any, _Fast] = {}  # group -> the steady state of the last call that reduced
@@ -239,7 +243,7 @@ def _reduce(values: Dict[str, Any], group, op: str):
     fast = _fast.get(gk)
     words = None
     if fast is not None:
-        words = fast.state.pack_max(values) if op == "max" else fast.state.pack_gather(values)
+        words = fast.pack(values, op)
     if words is not None:
         got = _run(words, group, fast.device, op, fast.size)
         if op == "max":
