@@ -19,7 +19,7 @@ the world's peak of every key and the rank that holds it, in one collective.
   :class:`headroom.collective_mismatch`, with the group still usable.
 * A bad value on one rank (a str, an int past int64, a numpy datetime) is carried in the same
   collective as the data: every rank raises :class:`headroom.invalid_argument` naming that rank
-  (its rank in the group), the key and the value, and the group is ready for the next call. No
+  ("rank q of n": its rank in the group), the key and the value, and the group is ready for the next call. No
   rank raises before the collective, so none is left waiting and none is paired with a later
   call.
 * A rank that dies: the others get the process group's error (its timeout, set by the caller in
@@ -157,9 +157,9 @@ def _agree(checked, group) -> _Agreed:
     except RuntimeError as e:
         raise _aborted(e, group) from e
     for i, (_, _, fault) in enumerate(everyone):
-        if fault is not None:
+        if fault is not None:  # worded as the C++ reducer's error: the rank in the group
             raise headroom.invalid_argument(
-                f"headroom.torch.stats: rank {_global_rank(group, i)} has a value that is not a statistic ({fault}); "
+                f"headroom.torch.stats: rank {i} of {len(everyone)} has a value that is not a statistic ({fault}); "
                 "no rank reduced, and the group is ready for the next call"
             )
     if any(e[:2] != everyone[0][:2] for e in everyone):

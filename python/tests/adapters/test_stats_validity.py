@@ -167,7 +167,7 @@ def test_a_type_change_on_one_rank_after_the_steady_state_raises_everywhere(resu
 
 def test_a_bad_value_raises_on_every_rank_within_a_second_naming_rank_key_value(results):
     expect = {
-        "cold_past_int64": "rank 1 has a value that is not a statistic (key 'a' = 18446744073709551616",
+        "cold_past_int64": "rank 1 of 3 has a value that is not a statistic (key 'a' = 18446744073709551616",
         "warm_str": "rank 2 of 3 has a value that is not a statistic (key 'a' = '12' (str)",
         "warm_datetime": "rank 2 of 3 has a value that is not a statistic (key 'a' = np.datetime64('2026-0...; "
                          "expected an int, float or bool)",  # a long repr is cut to fit the wire
