@@ -384,15 +384,19 @@ void bind_pipeline(nb::module_& m) {
   nb::class_<stage_bytes>(sub, "StageBytes", "What one micro-batch costs on one virtual stage, in bytes.")
       .def(
           "__init__",
-          [](stage_bytes* self, int_arg activations, int_arg output, int_arg weight_stash, int_arg parameters) {
+          [](stage_bytes* self, int_arg activations, int_arg output, int_arg weight_stash, int_arg parameters,
+             int_arg workspace) {
             new (self) stage_bytes{as_size(activations, "activations"), as_size(output, "output"),
-                                   as_size(weight_stash, "weight_stash"), as_size(parameters, "parameters")};
+                                   as_size(weight_stash, "weight_stash"), as_size(parameters, "parameters"),
+                                   as_size(workspace, "workspace")};
           },
-          nb::arg("activations") = 0, nb::arg("output") = 0, nb::arg("weight_stash") = 0, nb::arg("parameters") = 0)
+          nb::arg("activations") = 0, nb::arg("output") = 0, nb::arg("weight_stash") = 0, nb::arg("parameters") = 0,
+          nb::arg("workspace") = 0)
       .def_ro("activations", &stage_bytes::activations)
       .def_ro("output", &stage_bytes::output)
       .def_ro("weight_stash", &stage_bytes::weight_stash)
       .def_ro("parameters", &stage_bytes::parameters)
+      .def_ro("workspace", &stage_bytes::workspace, "Temporaries one computation allocates and frees itself.")
       .def(nb::self == nb::self)
       .def("__repr__", [](stage_bytes const& b) { return "StageBytes" + printed(b); });
 
