@@ -10,7 +10,8 @@ FSDP cells), the validator and the memory model are headroom's C++ (``headroom.p
     runtime.step(x, target=y, losses=losses)
 
     sizes = pipelining.stage_bytes([stage0_module, stage1_module], example_input)  # on the meta device
-    plan = pipelining.predict_memory(s, sizes, return_outputs=False)
+    plan = pipelining.predict_memory(s, sizes, return_outputs=False)   # a MemoryPlan (C++)
+    peaks = pipelining.predict_peaks(s, sizes, return_outputs=True)    # with step()'s merged result
 
 ``build_schedule`` loads the full export (``pipeline.to_csv``) with
 ``_PipelineScheduleRuntime._load_csv(format="compute_comms")``, so torch runs the order, the
@@ -29,7 +30,7 @@ from torch.distributed.pipelining import schedules as _schedules
 
 from .. import pipeline
 
-__all__ = ["runtime_cells", "export", "build_schedule", "predict_memory", "stage_bytes"]
+__all__ = ["runtime_cells", "export", "build_schedule", "predict_memory", "predict_peaks", "stage_bytes"]
 
 
 def runtime_cells() -> dict:
@@ -87,47 +88,74 @@ def build_schedule(s: pipeline.Schedule, stages: Sequence[Any], *, loss_fn: Opti
     return runtime
 
 
-def predict_memory(s: pipeline.Schedule, sizes: Any, *, return_outputs: bool = True) -> pipeline.MemoryPlan:
-    """Each rank's predicted peak for one torch step of ``s``: torch's output lifetime (a stage
-    keeps each output until its backward), the last stage's outputs kept for ``step()``'s result
-    when ``return_outputs`` (retention "all", else only the losses: "reduced"), received inputs
-    kept until their backward; ``sizes`` as ``pipeline.predict_memory`` takes them."""
-    return pipeline.predict_memory(s, sizes, "all" if return_outputs else "reduced", framework="pytorch")
+def predict_memory(s: pipeline.Schedule, sizes: Any, *, return_outputs: bool = True,
+                   transfers: Optional[str] = None) -> pipeline.MemoryPlan:
+    """Each rank's predicted bytes for one torch step of ``s`` (``pipeline.predict_memory`` with
+    ``framework="pytorch"``): a stage keeps each output until its backward, the last stage keeps
+    its outputs for ``step()``'s result when ``return_outputs`` (retention "all", else only the
+    losses: "reduced"), received inputs are held until their backward. ``sizes`` as
+    ``pipeline.predict_memory`` takes them; ``transfers="grouped"`` for torch's single-stage
+    schedules (Schedule1F1B posts a forward send and a backward receive as one batch)."""
+    return pipeline.predict_memory(s, sizes, "all" if return_outputs else "reduced", None, transfers,
+                                   framework="pytorch")
 
 
-def _nbytes(t: torch.Tensor) -> int:
-    return t.numel() * t.element_size()
+def predict_peaks(s: pipeline.Schedule, sizes: Any, *, return_outputs: bool = True,
+                  transfers: Optional[str] = None) -> list:
+    """Each rank's predicted peak for one torch step, parameters excluded: ``predict_memory``'s
+    peak, and on the rank of the last stage with ``return_outputs`` the moment ``step()``
+    concatenates the kept outputs into its result (``_merge_outputs``: one more copy of them)."""
+    plan = predict_memory(s, sizes, return_outputs=return_outputs, transfers=transfers)
+    peaks = [r.peak for r in plan.ranks]
+    if return_outputs:
+        last = s.shape.virtual_stages() - 1
+        per_mb = sizes if isinstance(sizes, (list, tuple)) and sizes and isinstance(sizes[0], (list, tuple)) else None
+        if per_mb is not None:
+            merged = sum(row[last].output for row in per_mb)
+        else:
+            one = sizes if isinstance(sizes, pipeline.StageBytes) else sizes[last]
+            merged = one.output * s.shape.microbatches
+        r = s.placement.rank_of(last)
+        peaks[r] = max(peaks[r], plan.rank(r).held_at_end + merged)
+    return peaks
 
 
-def stage_bytes(modules: Sequence[torch.nn.Module], example: Any, *, device: Any = "meta",
-                parameters: Optional[Sequence[int]] = None) -> list:
-    """One ``pipeline.StageBytes`` per virtual stage, measured from one forward of each stage in
-    order (stage s + 1 gets stage s's output) on ``device`` (the meta device: no memory, no
-    compute; the modules must be on it, ``module.to("meta")``). ``activations``: the bytes
-    autograd saves for the backward, less the parameters and the stage's input, each storage
-    counted once; ``output``: the output's bytes; ``parameters``: given, or the parameters' and
-    their gradients' bytes. ``example``: stage 0's input (a tensor or a tuple of tensors)."""
+def _storage(t: torch.Tensor) -> int:
+    return t.untyped_storage()._cdata
+
+
+def stage_bytes(modules: Sequence[torch.nn.Module], example: Any, *, loss_fn: Optional[Callable] = None,
+                target: Any = None, parameters: Optional[Sequence[int]] = None) -> list:
+    """One ``pipeline.StageBytes`` per virtual stage from one forward of each stage in order
+    (stage s + 1 gets stage s's output), on the device the modules and ``example`` are on: the
+    meta device measures without memory or compute (``module.to("meta")``, a meta ``example``).
+    ``activations``: the bytes autograd saves for the backward, each storage once, less the
+    parameters, the stage's input and its output; on the last stage with ``loss_fn`` and
+    ``target``, also what the loss saves. ``output``: the output's bytes. ``parameters``: given
+    per stage, or the parameters' bytes and their gradients'. ``example``: stage 0's input (a
+    tensor or a tuple). Temporaries (``workspace``) are allocator-level: measure them on a GPU."""
     out = []
     x = example
     for i, module in enumerate(modules):
         args = x if isinstance(x, tuple) else (x,)
-        args = tuple(a.to(device).detach().requires_grad_(a.is_floating_point() and i > 0)
-                     if isinstance(a, torch.Tensor) else a for a in args)
-        excluded = {id(p) for p in module.parameters()} | {id(a) for a in args if isinstance(a, torch.Tensor)}
-        seen: dict = {}
+        args = tuple(a.detach().requires_grad_(a.is_floating_point() and i > 0) if isinstance(a, torch.Tensor) else a
+                     for a in args)
+        excluded = {_storage(p) for p in module.parameters()} | {_storage(a) for a in args if isinstance(a, torch.Tensor)}
+        saved: dict = {}
 
         def pack(t: torch.Tensor) -> torch.Tensor:
-            base = t._base if t._base is not None else t
-            if id(base) not in excluded and id(t) not in excluded:
-                seen[id(base)] = max(seen.get(id(base), 0), _nbytes(base))
+            saved[_storage(t)] = max(saved.get(_storage(t), 0), t.untyped_storage().nbytes())
             return t
 
+        last = i == len(modules) - 1
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             y = module(*args)
-        ys = y if isinstance(y, tuple) else (y,)
-        params = sum(2 * _nbytes(p) for p in module.parameters()) if parameters is None else parameters[i]
-        out.append(pipeline.StageBytes(activations=sum(seen.values()),
-                                       output=sum(_nbytes(t) for t in ys if isinstance(t, torch.Tensor)),
-                                       parameters=params))
+            if last and loss_fn is not None:
+                loss_fn(y, target)
+        ys = [t for t in (y if isinstance(y, tuple) else (y,)) if isinstance(t, torch.Tensor)]
+        excluded |= {_storage(t) for t in ys}
+        params = sum(2 * p.numel() * p.element_size() for p in module.parameters()) if parameters is None else parameters[i]
+        out.append(pipeline.StageBytes(activations=sum(b for st, b in saved.items() if st not in excluded),
+                                       output=sum(t.numel() * t.element_size() for t in ys), parameters=params))
         x = y
     return out
