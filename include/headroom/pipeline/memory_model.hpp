@@ -22,7 +22,8 @@
 //   overlapped       the allocations of its forward and its backward, then the releases of both
 //
 // Within one action every allocation happens before any release, so the peak counts them
-// together. Outputs kept under retention::all are still held at the end of the step.
+// together; a computation's workspace (a framework's temporaries, stage_bytes::workspace) is
+// live while it runs, on top of them, and never held after. Outputs kept under retention::all are still held at the end of the step.
 //
 // Under transfers::grouped a run of consecutive transfers is one batch: all its receive
 // allocations, then all its sends' releases (transfer_grouping.hpp); the run's peak is reported
@@ -38,6 +39,7 @@
 // copy, so they are counted once, allocated by their producer and freed by their consumer (under
 // kept_until_backward the output stays the producer's and its backward frees it).
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <ostream>
@@ -202,8 +204,13 @@ template <output_retention R, output_lifetime O = outputs::freed_when_sent, tran
       }
       std::int64_t const grow = d.grow, shrink = d.shrink;
       live = sum(live, grow, r, "live bytes");
-      if (live > m.peak) {
-        m.peak = live;
+      // A computation's own temporaries (workspace) are live only while it runs.
+      std::int64_t transient = 0;
+      for (action const& part : a.kind == action_kind::overlapped ? std::array{forward_part(a), backward_part(a)}
+                                                                   : std::array{a, a})
+        if (is_compute(part.kind)) transient = std::max(transient, as_int(bytes.at(part.stage, part.microbatch).workspace));
+      if (std::int64_t const during = sum(live, transient, r, "live bytes"); during > m.peak) {
+        m.peak = during;
         m.peak_action = i;
       }
       live -= shrink;
