@@ -1,6 +1,7 @@
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // headroom::pool — workloads, execution orders, planners (fixed, max, interval) and plans (pure),
+// lifetime packing (pack_lifetimes),
 // assignment, non-unit, release-order and off-trace policies, the unit pool and its host-substrate
 // form host_unit_pool, plan fingerprints. CUDA-free; the CUDA pool and NCCL registration are in
 // headroom/pool/cuda.hpp.
@@ -10,6 +11,7 @@
 #include "headroom/pool/host.hpp"
 #include "headroom/pool/interval.hpp"
 #include "headroom/pool/lease.hpp"
+#include "headroom/pool/lifetime_pack.hpp"
 #include "headroom/pool/models.hpp"
 #include "headroom/pool/plan.hpp"
 #include "headroom/pool/policies.hpp"
