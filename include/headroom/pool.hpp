@@ -6,6 +6,7 @@
 // assignment, non-unit, release-order and off-trace policies, the unit pool and its host-substrate
 // form host_unit_pool, plan fingerprints. CUDA-free; the CUDA pool and NCCL registration are in
 // headroom/pool/cuda.hpp.
+#include "headroom/pool/capture.hpp"
 #include "headroom/pool/execution_order.hpp"
 #include "headroom/pool/fingerprint.hpp"
 #include "headroom/pool/fsdp_trace.hpp"
