@@ -124,6 +124,11 @@ def test_mismatched_reports_raise_collective_mismatch_on_every_rank():
     (lambda: stats.unpack_max({"a": 1}, [0] * 31), TypeError, "expected a 1-d contiguous int64"),
     (lambda: stats.unpack_max({"a": 1, "b": 2}, stats.pack_max({"a": 1, "b": 2}), stats.ReducePlan(1)),
      headroom.invalid_argument, "reduced words has 32 words; expected 31"),
+    # a local report larger than the plan the words were made for: refused, never read past them
+    (lambda: stats.unpack_max({"a": 1, "b": 2, "c": 3}, stats.pack_max({"a": 1}), stats.ReducePlan(1)),
+     headroom.capacity_error, "this rank's report has 3 keys but the reduce_plan holds 1"),
+    (lambda: stats.unpack_gather({"a": 1, "b": 2, "c": 3}, stats.pack_gather({"a": 1}), stats.ReducePlan(1)),
+     headroom.capacity_error, "this rank's report has 3 keys but the reduce_plan holds 1"),
     # another report's words of the right size: refused, never reinterpreted
     (lambda: stats.unpack_max({"a": 1, "b": 2.0}, stats.pack_max({"x": 1, "y": 2}), None, 0, 1),
      headroom.collective_mismatch, "not the result of a reduction of this report"),
