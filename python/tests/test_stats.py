@@ -236,6 +236,16 @@ class _Temporary:
         return self.words.__dlpack_device__()
 
 
+def test_a_long_key_in_utf8_is_cut_at_a_character_boundary():
+    plan = stats.ReducePlan(2)
+    key = "é" * 30  # 60 bytes: cut to fit the wire
+    ranks = [{key: "x"}, {key: 1}]
+    reduced = np.maximum.reduce([stats.pack_max(r, plan, -1, "propagate", q) for q, r in enumerate(ranks)])
+    for q in range(2):
+        with pytest.raises(headroom.invalid_argument, match="rank 0 of 2 has .*key 'ééé.*\\.\\.\\.' = 'x'"):
+            stats.unpack_max(ranks[q], reduced, plan, q, 2)
+
+
 def test_words_exported_as_temporaries_are_read_before_they_go():
     plan = stats.ReducePlan(4096)
     r = {f"k{i}": i for i in range(4096)}
