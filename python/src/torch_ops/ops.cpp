@@ -69,13 +69,29 @@ struct cached_plan {
   Tensor device_cu;  // keeps the device copy pl's kernels read alive
 };
 
+/// A dtype as Python spells it (the messages of the Python ops).
+std::string dtype_name(torch::headeronly::ScalarType t) {
+  using torch::headeronly::ScalarType;
+  switch (t) {
+    case ScalarType::Float: return "torch.float32";
+    case ScalarType::Double: return "torch.float64";
+    case ScalarType::Half: return "torch.float16";
+    case ScalarType::BFloat16: return "torch.bfloat16";
+    case ScalarType::Bool: return "torch.bool";
+    case ScalarType::Byte: return "torch.uint8";
+    case ScalarType::Char: return "torch.int8";
+    case ScalarType::Short: return "torch.int16";
+    default: return torch::headeronly::toString(t);
+  }
+}
+
 std::vector<std::int64_t> host_values(Tensor const& cu, char const* op) {
   headroom::expects(cu.dim() == 1, op, ": cu_seqlens has ", cu.dim(), " dimensions, expected one");
   headroom::expects(cu.is_cpu(), op, ": cu_seqlens is on a device, expected a CPU tensor (Partition.cu_seqlens)");
   auto const type = cu.scalar_type();
   bool const i64 = type == torch::headeronly::ScalarType::Long;
-  headroom::expects(i64 || type == torch::headeronly::ScalarType::Int, op,
-                    ": cu_seqlens has another dtype than torch.int32 or torch.int64");
+  headroom::expects(i64 || type == torch::headeronly::ScalarType::Int, op, ": cu_seqlens has dtype ",
+                    dtype_name(type), ", expected torch.int32 or torch.int64");
   Tensor const c = torch::stable::contiguous(cu);
   std::vector<std::int64_t> out(static_cast<std::size_t>(c.numel()));
   if (i64) {
@@ -89,20 +105,22 @@ std::vector<std::int64_t> host_values(Tensor const& cu, char const* op) {
 
 class plan_cache {
  public:
-  /// The plan of (cu values, cp_size, cp_rank, layout) for `device` (-1: host only).
-  plan const& get(Tensor const& cu, std::int64_t cp_size, std::int64_t cp_rank, std::string const& layout, int device,
+  /// The plan of (cu values, cp_size, cp_rank, layout) for `device` (-1: host only), held by the
+  /// caller while it launches (the cache may drop it meanwhile).
+  std::shared_ptr<cached_plan const> get(Tensor const& cu, std::int64_t cp_size, std::int64_t cp_rank, std::string const& layout, int device,
                   char const* op) {
     auto values = host_values(cu, op);
     std::lock_guard lock(mutex_);
     for (auto it = plans_.begin(); it != plans_.end(); ++it) {
-      if (it->cp_size == cp_size && it->cp_rank == cp_rank && it->device == device && it->layout == layout &&
-          it->cu == values) {
+      auto const& c = **it;
+      if (c.cp_size == cp_size && c.cp_rank == cp_rank && c.device == device && c.layout == layout && c.cu == values) {
         if (it != plans_.begin()) plans_.splice(plans_.begin(), plans_, it);
-        return plans_.front().pl;
+        return plans_.front();
       }
     }
-    headroom::expects(cp_size > 0 && cp_size < (1 << 30) && cp_rank >= 0 && cp_rank < cp_size, op, ": cp_size = ",
-                      cp_size, ", cp_rank = ", cp_rank, ", expected 0 <= cp_rank < cp_size");
+    // The partition checks the values; here only that they fit its ints.
+    headroom::expects(cp_size == static_cast<int>(cp_size) && cp_rank == static_cast<int>(cp_rank), op, ": cp_size = ",
+                      cp_size, ", cp_rank = ", cp_rank, ", expected ints");
     plan pl(values, static_cast<int>(cp_size), static_cast<int>(cp_rank), layout);
     Tensor device_cu;
     if (device >= 0) {
@@ -113,15 +131,16 @@ class plan_cache {
                                                                  static_cast<torch::stable::DeviceIndex>(device)));
       pl.set_device_cu({reinterpret_cast<std::uintptr_t>(device_cu.const_data_ptr()), device_cu.numel(), 8});
     }
-    plans_.push_front(cached_plan{cp_size, cp_rank, layout, device, std::move(values), std::move(pl), device_cu});
+    plans_.push_front(std::make_shared<cached_plan const>(
+        cached_plan{cp_size, cp_rank, layout, device, std::move(values), std::move(pl), device_cu}));
     if (plans_.size() > capacity) plans_.pop_back();
-    return plans_.front().pl;
+    return plans_.front();
   }
 
  private:
   static constexpr std::size_t capacity = 16;
   std::mutex mutex_;
-  std::list<cached_plan> plans_;  // list: a returned reference stays valid while others come and go
+  std::list<std::shared_ptr<cached_plan const>> plans_;
 };
 
 plan_cache& plans() {
@@ -150,7 +169,8 @@ Tensor run(kind k, Tensor const& x, Tensor const& cu, std::int64_t cp_size, std:
   headroom::expects(x.is_contiguous(), op, ": input is not contiguous, expected a contiguous tensor (call .contiguous())");
   bool const cuda = x.is_cuda();
   headroom::expects(cuda || x.is_cpu(), op, ": input is on another device than the CPU or CUDA");
-  plan const& pl = plans().get(cu, cp_size, cp_rank, layout, cuda ? x.get_device_index() : -1, op);
+  auto const held = plans().get(cu, cp_size, cp_rank, layout, cuda ? x.get_device_index() : -1, op);
+  plan const& pl = held->pl;
   bool const to_local = k == kind::split, from_local = k == kind::split_adjoint;
   std::int64_t const in_rows = from_local ? pl.local_rows() : pl.global_rows();
   std::int64_t const out_rows = to_local ? pl.local_rows() : pl.global_rows();
