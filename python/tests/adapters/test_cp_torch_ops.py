@@ -87,3 +87,22 @@ def test_bad_input_names_the_value():
         # The dispatcher does not keep headroom's class across the stable ABI: the message is kept.
         with pytest.raises(RuntimeError, match=match):
             fn()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.parametrize("layout", ["dual_chunk", "contiguous"])
+def test_cuda_kernels_equal_the_cpu_ops(layout):
+    # CUDA tensors: headroom._cuda's launch code on the current stream (one plan per device, kept).
+    rng = random.Random(11)
+    gen = torch.Generator().manual_seed(11)
+    for cp_size in (2, 8):
+        cu = torch.tensor(random_padded_cu(rng, 5, cp_size), dtype=torch.int64)
+        rank, T = cp_size - 1, int(cu[-1])
+        for dtype in DTYPES:
+            x = random_tensor((T, 5), dtype, gen)
+            y = x[: T // cp_size].contiguous()
+            for name, inp in (("cp_split", x), ("cp_split_adjoint", y), ("cp_to_sequence_order", x),
+                              ("cp_to_rank_order", x)):
+                args = (cu, cp_size, rank, layout) if "split" in name else (cu, cp_size, layout)
+                got = getattr(ops, name)(inp.cuda(), *args)
+                assert got.is_cuda and torch.equal(got.cpu(), getattr(ops, name)(inp, *args)), (name, dtype, cp_size)
