@@ -1,8 +1,9 @@
 """Context-parallel split / gather of packed (THD, ``cu_seqlens``) batches as torch custom ops.
 
-Every op is a ``torch.library.custom_op`` in the ``headroom`` namespace with a fake
-implementation (``torch.compile`` traces through it with no graph break) and an autograd formula
-through its adjoint. On CUDA tensors the ops launch headroom's kernels (``headroom._cuda``: no
+Every op is in the ``headroom`` namespace with a fake implementation (``torch.compile`` traces
+through it with no graph break) and an autograd formula through its adjoint: the split and reorder
+ops registered from C++ by ``headroom._torch_ops`` (LibTorch stable ABI) when the package was built
+with torch, else ``torch.library.custom_op``s defined here. On CUDA tensors the ops launch headroom's kernels (``headroom._cuda``: no
 index tensor in memory, on the current stream); on CPU they are torch index ops driven by the
 same C++ index plan, so ``torch.library.opcheck`` runs on CPU-only machines.
 
@@ -11,7 +12,7 @@ A :class:`Partition` is built once per batch from ``cu_seqlens`` and reused by e
     part = Partition(cu_seqlens_padded, cp_size, cp_rank)        # or Partition.from_raw(raw_cu, ...)
     local = part.split(hidden)                                   # [T, ...] -> [T/cp, ...]
     labels, mask = part.shifted_label_split(raw_ids, raw_mask)   # from raw, unpadded ids
-    full = gather(local_logprobs, part, group)                   # all-gather + reorder, differentiable
+    full = gather(local_logprobs, part, group)                   # sequence order on every rank, differentiable
 
 Any dtype and row width (the trailing dimensions are opaque). Bad input raises
 ``headroom.invalid_argument`` (a ValueError) naming the value and what was expected.
