@@ -92,7 +92,7 @@ std::vector<std::int64_t> host_values(Tensor const& cu, char const* op) {
   bool const i64 = type == torch::headeronly::ScalarType::Long;
   headroom::expects(i64 || type == torch::headeronly::ScalarType::Int, op, ": cu_seqlens has dtype ",
                     dtype_name(type), ", expected torch.int32 or torch.int64");
-  Tensor const c = torch::stable::contiguous(cu);
+  Tensor const c = cu.is_contiguous() ? cu : torch::stable::contiguous(cu);  // a dispatcher call only when needed
   std::vector<std::int64_t> out(static_cast<std::size_t>(c.numel()));
   if (i64) {
     std::memcpy(out.data(), c.const_data_ptr(), out.size() * sizeof(std::int64_t));

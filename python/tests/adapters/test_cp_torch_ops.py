@@ -68,6 +68,15 @@ def test_bytes_equal_the_python_implementation(layout, cp_size):
                 assert got.dtype == dtype and torch.equal(got, impl(inp, *args)), (name, dtype, cu.tolist(), rank)
 
 
+def test_cu_seqlens_int32_or_strided():
+    p = cp.Partition([0, 8, 24], 2, 1)
+    x = torch.randn(24, 2)
+    strided = torch.stack([p.cu_seqlens, p.cu_seqlens], 1)[:, 0]
+    assert not strided.is_contiguous()
+    for cu in (strided, p.cu_seqlens.to(torch.int32)):
+        assert torch.equal(ops.cp_split(x, cu, 2, 1, "dual_chunk"), p.split(x))
+
+
 def test_bad_input_names_the_value():
     cu = torch.tensor([0, 8, 16])
     cases = [
