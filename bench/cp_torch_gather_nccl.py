@@ -15,8 +15,10 @@ are torch index ops rather than headroom's kernels):
   * gather(gradient="local"): only this rank's rows carry a gradient.
 The checked batches have --check-tokens x --check-width (default 8192 x 1024), the timed one
 --tokens x --width (default 16384 x 4096).
-Timing (CUDA events, median of --iterations after --warmup): cp.gather of a [T/cp, width] shard
-against a bare dist.all_gather_into_tensor of the same bytes, and the gather of per-token vectors.
+Timing (CUDA events, median of --iterations after --warmup): cp.gather of a [T/cp, width] shard by
+each method (auto, all_gather, pipelined, in_place; each checked equal to all_gather's result)
+against a bare dist.all_gather_into_tensor of the same bytes, and the gather of per-token vectors;
+bf16 and fp32 at --width, bf16 at each of --extra-widths (151936, the logits).
 A table on rank 0, PASS/FAIL lines, one JSON line; $OUT/cp_torch_gather_nccl.json when OUT is set.
 Exit 1 when a check fails; "skipped: ..." and exit 77 without 2 GPUs, torch or headroom._cuda.
 
@@ -37,6 +39,9 @@ import traceback
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
 
 SKIP = 77
+GATHER_METHODS = ("auto", "all_gather", "pipelined", "in_place")  # headroom.torch.cp.gather(method=...)
+TARGET = 1.10  # cp.gather / bare all-gather, large rows (issue 40)
+PER_TOKEN_TARGET = 1.5  # the same for per-token vectors
 
 
 def skip(why: str) -> None:
@@ -140,24 +145,37 @@ def checks_and_times(rank, world, args, device):
             (cp.gather(local, part, gradient="local").float() * w.float()).sum().backward()
             check(f"local-gradient {tag}: only this rank's rows", torch.equal(local.grad.cpu(), ref_part.split(w.cpu())))
 
-    # timing: the gather against a bare all_gather_into_tensor of the same bytes
+    # timing: the gather (each method) against a bare all_gather_into_tensor of the same bytes; every
+    # method's result equal to the all_gather method's (checked against the reference above)
     rows = []
-    for dname, dtype in dtypes.items():
-        part, _, _, x, _ = make_batch(args.tokens, args.width, dtype, 7, world, rank, device)
-        local = part.split(x).contiguous()
-        out = torch.empty((part.global_rows, args.width), dtype=dtype, device=device)
+    cases = [(dname, args.width) for dname in dtypes] + [("bf16", w) for w in args.extra_widths]
+    for dname, width in cases:
+        dtype = dtypes[dname]
+        gen = torch.Generator().manual_seed(7)
+        part = cp.Partition.from_raw(packed_cu(gen, args.tokens, max(1, args.tokens // 6)), world, rank,
+                                     total_multiple=64)
+        dgen = torch.Generator(device).manual_seed(7 + rank)
+        local = torch.randn(part.local_rows, width, generator=dgen, device=device).to(dtype)
+        out = torch.empty((part.global_rows, width), dtype=dtype, device=device)
         vec = per_token(local).contiguous()
         vec_out = torch.empty((part.global_rows, 2), dtype=vec.dtype, device=device)
+        ref = cp.gather(local, part, method="all_gather")
+        for m in GATHER_METHODS[1:]:
+            check(f"gather method={m} {dname} {part.global_rows}x{width}: equals method=all_gather",
+                  torch.equal(cp.gather(local, part, method=m), ref))
+        del ref
         dist.barrier()
-        gather_ms = timed(lambda: cp.gather(local, part), args, device)
+        methods = {m: timed(lambda m=m: cp.gather(local, part, method=m), args, device) for m in GATHER_METHODS}
         bare_ms = timed(lambda: dist.all_gather_into_tensor(out, local), args, device)
         vec_ms = timed(lambda: cp.gather(vec, part), args, device)
         vec_bare_ms = timed(lambda: dist.all_gather_into_tensor(vec_out, vec), args, device)
-        rows.append({"dtype": dname, "tokens": part.global_rows, "width": args.width,
-                     "bytes": part.global_rows * args.width * local.element_size(),
-                     "gather_ms": gather_ms, "all_gather_ms": bare_ms, "ratio": gather_ms / bare_ms,
-                     "per_token_bytes": part.global_rows * 2 * vec.element_size(),
-                     "per_token_gather_ms": vec_ms, "per_token_all_gather_ms": vec_bare_ms})
+        rows.append({"dtype": dname, "tokens": part.global_rows, "width": width,
+                     "sequences": len(part.cu_seqlens) - 1, "bytes": part.global_rows * width * local.element_size(),
+                     "gather_ms": methods["auto"], "methods_ms": methods, "all_gather_ms": bare_ms,
+                     "ratio": methods["auto"] / bare_ms, "per_token_bytes": part.global_rows * 2 * vec.element_size(),
+                     "per_token_gather_ms": vec_ms, "per_token_all_gather_ms": vec_bare_ms,
+                     "per_token_ratio": vec_ms / vec_bare_ms})
+        del local, out
     return checks, rows
 
 
@@ -227,6 +245,8 @@ def main() -> int:
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=16384)
     ap.add_argument("--width", type=int, default=4096)
+    ap.add_argument("--extra-widths", type=lambda v: [int(w) for w in v.split(",") if w], default=[151936],
+                    help="more timed widths, bf16 only (default: 151936, the logits; '' for none)")
     ap.add_argument("--batches", type=int, default=3, help="random packed batches checked per dtype")
     ap.add_argument("--check-tokens", type=int, default=8192, help="tokens of the checked batches")
     ap.add_argument("--check-width", type=int, default=1024, help="row width of the checked batches")
@@ -263,13 +283,19 @@ def main() -> int:
     if r0["rows"]:
         print(f"median of {args.iterations} after {args.warmup} warm-up, rank 0 "
               f"({'CUDA events' if args.device == 'cuda' else 'host clock'})\n")
-        print(f"{'dtype':5s} {'tokens':>7s} {'width':>6s} {'MiB':>8s} | {'cp.gather':>10s} {'all_gather':>10s} {'ratio':>6s} "
-              f"| {'per-token KiB':>13s} {'cp.gather':>10s} {'all_gather':>10s}")
+        print(f"{'dtype':5s} {'tokens':>7s} {'seqs':>4s} {'width':>6s} {'MiB':>9s} | "
+              + " ".join(f"{m:>10s}" for m in GATHER_METHODS)
+              + f" {'all_gather':>10s} {'ratio':>6s} | {'per-token KiB':>13s} {'cp.gather':>10s} {'all_gather':>10s} {'ratio':>6s}")
         for row in r0["rows"]:
-            print(f"{row['dtype']:5s} {row['tokens']:7d} {row['width']:6d} {row['bytes'] / 2**20:8.2f} | "
-                  f"{row['gather_ms']:8.3f}ms {row['all_gather_ms']:8.3f}ms {row['ratio']:6.3f} | "
-                  f"{row['per_token_bytes'] / 2**10:13.1f} {row['per_token_gather_ms']:8.3f}ms "
-                  f"{row['per_token_all_gather_ms']:8.3f}ms")
+            late = [] if row["ratio"] <= TARGET else [f"auto > {TARGET}x"]
+            late += [] if row["per_token_ratio"] <= PER_TOKEN_TARGET else [f"per-token > {PER_TOKEN_TARGET}x"]
+            print(f"{row['dtype']:5s} {row['tokens']:7d} {row['sequences']:4d} {row['width']:6d} {row['bytes'] / 2**20:9.2f} | "
+                  + " ".join(f"{row['methods_ms'][m]:8.3f}ms" for m in GATHER_METHODS)
+                  + f" {row['all_gather_ms']:8.3f}ms {row['ratio']:6.3f} | {row['per_token_bytes'] / 2**10:13.1f} "
+                  f"{row['per_token_gather_ms']:8.3f}ms {row['per_token_all_gather_ms']:8.3f}ms {row['per_token_ratio']:6.3f}"
+                  + (f"  ({', '.join(late)})" if late else ""))
+        print(f"ratio = cp.gather (method auto) / bare all_gather_into_tensor; targets <= {TARGET}x, per-token <= "
+              f"{PER_TOKEN_TARGET}x")
         print()
     counts = {}
     for res in results:

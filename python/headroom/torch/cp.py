@@ -1,8 +1,9 @@
 """Context-parallel split / gather of packed (THD, ``cu_seqlens``) batches as torch custom ops.
 
-Every op is a ``torch.library.custom_op`` in the ``headroom`` namespace with a fake
-implementation (``torch.compile`` traces through it with no graph break) and an autograd formula
-through its adjoint. On CUDA tensors the ops launch headroom's kernels (``headroom._cuda``: no
+Every op is in the ``headroom`` namespace with a fake implementation (``torch.compile`` traces
+through it with no graph break) and an autograd formula through its adjoint: the split and reorder
+ops registered from C++ by ``headroom._torch_ops`` (LibTorch stable ABI) when the package was built
+with torch, else ``torch.library.custom_op``s defined here. On CUDA tensors the ops launch headroom's kernels (``headroom._cuda``: no
 index tensor in memory, on the current stream); on CPU they are torch index ops driven by the
 same C++ index plan, so ``torch.library.opcheck`` runs on CPU-only machines.
 
@@ -11,7 +12,7 @@ A :class:`Partition` is built once per batch from ``cu_seqlens`` and reused by e
     part = Partition(cu_seqlens_padded, cp_size, cp_rank)        # or Partition.from_raw(raw_cu, ...)
     local = part.split(hidden)                                   # [T, ...] -> [T/cp, ...]
     labels, mask = part.shifted_label_split(raw_ids, raw_mask)   # from raw, unpadded ids
-    full = gather(local_logprobs, part, group)                   # all-gather + reorder, differentiable
+    full = gather(local_logprobs, part, group)                   # sequence order on every rank, differentiable
 
 Any dtype and row width (the trailing dimensions are opaque). Bad input raises
 ``headroom.invalid_argument`` (a ValueError) naming the value and what was expected.
@@ -34,6 +35,11 @@ try:
     from headroom import _cuda
 except ImportError:  # built without nvcc: CPU tensors only
     _cuda = None
+
+try:  # the split and reorder ops on the dispatcher from C++ (LibTorch stable ABI), when built with torch
+    from headroom import _torch_ops
+except ImportError:  # built without torch: the Python custom ops below
+    _torch_ops = None
 
 __all__ = [
     "Partition",
@@ -338,69 +344,85 @@ def _pad_split_adjoint_impl(grad, raw_cu_seqlens, raw_rows, cp_size, cp_rank, la
 
 # ---- the custom ops: schema, implementation, fake (shapes only), autograd through the adjoints --------
 
+# Registered in C++ by headroom._torch_ops when it is built (same schemas); their fake kernels and
+# autograd are registered here either way (the stable ABI registers no autograd).
+_CPP_OPS = ("cp_split", "cp_split_adjoint", "cp_to_sequence_order", "cp_to_rank_order")
 
-@torch.library.custom_op("headroom::cp_split", mutates_args=())
+
+def _op(name):
+    def define(fn):
+        if _torch_ops is not None and name in _CPP_OPS:
+            return getattr(torch.ops.headroom, name).default
+        return torch.library.custom_op(f"headroom::{name}", mutates_args=())(fn)
+    return define
+
+
+def _fake(name):
+    return torch.library.register_fake(f"headroom::{name}")
+
+
+@_op("cp_split")
 def _split_op(x: torch.Tensor, cu_seqlens: torch.Tensor, cp_size: int, cp_rank: int, layout: str) -> torch.Tensor:
     return _split_impl(x, cu_seqlens, cp_size, cp_rank, layout)
 
 
-@torch.library.custom_op("headroom::cp_split_adjoint", mutates_args=())
+@_op("cp_split_adjoint")
 def _split_adjoint_op(y: torch.Tensor, cu_seqlens: torch.Tensor, cp_size: int, cp_rank: int,
                       layout: str) -> torch.Tensor:
     return _split_adjoint_impl(y, cu_seqlens, cp_size, cp_rank, layout)
 
 
-@torch.library.custom_op("headroom::cp_to_sequence_order", mutates_args=())
+@_op("cp_to_sequence_order")
 def _to_sequence_order_op(x: torch.Tensor, cu_seqlens: torch.Tensor, cp_size: int, layout: str) -> torch.Tensor:
     return _to_sequence_order_impl(x, cu_seqlens, cp_size, layout)
 
 
-@torch.library.custom_op("headroom::cp_to_rank_order", mutates_args=())
+@_op("cp_to_rank_order")
 def _to_rank_order_op(x: torch.Tensor, cu_seqlens: torch.Tensor, cp_size: int, layout: str) -> torch.Tensor:
     return _to_rank_order_impl(x, cu_seqlens, cp_size, layout)
 
 
-@torch.library.custom_op("headroom::cp_pad_split", mutates_args=())
+@_op("cp_pad_split")
 def _pad_split_op(raw: torch.Tensor, raw_cu_seqlens: torch.Tensor, cp_size: int, cp_rank: int, layout: str,
                   tp: int, extra: int, total_multiple: int, pad_value: float, shift: int) -> torch.Tensor:
     return _pad_split_impl(raw, raw_cu_seqlens, cp_size, cp_rank, layout, tp, extra, total_multiple, pad_value, shift)
 
 
-@torch.library.custom_op("headroom::cp_pad_split_adjoint", mutates_args=())
+@_op("cp_pad_split_adjoint")
 def _pad_split_adjoint_op(grad: torch.Tensor, raw_cu_seqlens: torch.Tensor, raw_rows: int, cp_size: int, cp_rank: int,
                           layout: str, tp: int, extra: int, total_multiple: int, shift: int) -> torch.Tensor:
     return _pad_split_adjoint_impl(grad, raw_cu_seqlens, raw_rows, cp_size, cp_rank, layout, tp, extra,
                                    total_multiple, shift)
 
 
-@_split_op.register_fake
+@_fake("cp_split")
 def _(x, cu_seqlens, cp_size, cp_rank, layout):
     return x.new_empty((x.shape[0] // cp_size, *x.shape[1:]))
 
 
-@_split_adjoint_op.register_fake
+@_fake("cp_split_adjoint")
 def _(y, cu_seqlens, cp_size, cp_rank, layout):
     return y.new_empty((y.shape[0] * cp_size, *y.shape[1:]))
 
 
-@_to_sequence_order_op.register_fake
+@_fake("cp_to_sequence_order")
 def _(x, cu_seqlens, cp_size, layout):
     return torch.empty_like(x)
 
 
-@_to_rank_order_op.register_fake
+@_fake("cp_to_rank_order")
 def _(x, cu_seqlens, cp_size, layout):
     return torch.empty_like(x)
 
 
-@_pad_split_op.register_fake
+@_fake("cp_pad_split")
 def _(raw, raw_cu_seqlens, cp_size, cp_rank, layout, tp, extra, total_multiple, pad_value, shift):
     # The padded total depends on the boundaries' values: a data-dependent size.
     rows = torch.library.get_ctx().new_dynamic_size()
     return raw.new_empty((rows, *raw.shape[1:]))
 
 
-@_pad_split_adjoint_op.register_fake
+@_fake("cp_pad_split_adjoint")
 def _(grad, raw_cu_seqlens, raw_rows, cp_size, cp_rank, layout, tp, extra, total_multiple, shift):
     return grad.new_empty((raw_rows, *grad.shape[1:]))
 
@@ -436,7 +458,7 @@ def _pad_split_adjoint_grad(g, args):
     return _pad_split_op(g.contiguous(), raw_cu, cp_size, cp_rank, layout, tp, extra, total_multiple, 0.0, shift)
 
 
-def _register_autograd(op, grad_fn, nargs):
+def _register_autograd(name, grad_fn, nargs):
     def setup_context(ctx, inputs, output):
         ctx.save_for_backward(inputs[1])
         ctx.rest = inputs[2:]
@@ -448,15 +470,15 @@ def _register_autograd(op, grad_fn, nargs):
         dx = grad_fn(g, args, ctx.raw_rows) if grad_fn is _pad_split_grad else grad_fn(g, args)
         return (dx,) + (None,) * (nargs - 1)
 
-    op.register_autograd(backward, setup_context=setup_context)
+    torch.library.register_autograd(f"headroom::{name}", backward, setup_context=setup_context)
 
 
-_register_autograd(_split_op, _split_grad, 5)
-_register_autograd(_split_adjoint_op, _split_adjoint_grad, 5)
-_register_autograd(_to_sequence_order_op, _to_sequence_order_grad, 4)
-_register_autograd(_to_rank_order_op, _to_rank_order_grad, 4)
-_register_autograd(_pad_split_op, _pad_split_grad, 10)
-_register_autograd(_pad_split_adjoint_op, _pad_split_adjoint_grad, 10)
+_register_autograd("cp_split", _split_grad, 5)
+_register_autograd("cp_split_adjoint", _split_adjoint_grad, 5)
+_register_autograd("cp_to_sequence_order", _to_sequence_order_grad, 4)
+_register_autograd("cp_to_rank_order", _to_rank_order_grad, 4)
+_register_autograd("cp_pad_split", _pad_split_grad, 10)
+_register_autograd("cp_pad_split_adjoint", _pad_split_adjoint_grad, 10)
 
 
 # ---- eager path: the dispatcher adds ~10 us a call in Python; with nothing that needs it (no
@@ -695,42 +717,123 @@ def shifted_label_split(raw_ids: torch.Tensor, partition: Partition, raw_loss_ma
 def _check_group(partition: Partition, group, what: str) -> None:
     import torch.distributed as dist
 
+    key = group if group is not None else dist.group.WORLD
+    if partition.__dict__.get("_group_checked") is key:  # checked for this partition already (every call asks)
+        return
     size = dist.get_world_size(group)
     rank = dist.get_rank(group)
     if size != partition.cp_size or rank != partition.cp_rank:
         raise invalid_argument(f"{what}: the group has rank {rank} of {size}, the partition is rank "
                                f"{partition.cp_rank} of cp_size {partition.cp_size}")
+    partition._group_checked = key
 
 
-def gather(local: torch.Tensor, partition: Partition, group=None, *, gradient: str = "reduce_scatter") -> torch.Tensor:
-    """Every rank's [T/cp, ...] -> [T, ...] in sequence order on every rank (all-gather, then the
-    reorder kernel). ``gradient="reduce_scatter"`` (the adjoint): rank r's gradient is the sum
-    over ranks of split_r(dy_k), so a loss computed identically on every rank gets a factor cp
-    (AReaL's reassemble_cp_packed_logprobs; count tokens over DP x CP to cancel it).
-    ``gradient="local"``: the peers' rows are detached and only this rank's gradient flows back
-    (AReaL's postprocess_packed_seqs_context_parallel), no collective in backward."""
+_GATHER_METHODS = ("auto", "all_gather", "pipelined", "in_place")
+# "auto" on CUDA: below this many bytes a gather is latency-bound (per-token vectors), so one
+# all-gather and one reorder launch; from this mean message size on (dual_chunk) each chunk is sent
+# straight to its rows (cp/cuda/in_place_gather.cuh: 0.97x the all-gather at ~250 MB messages,
+# 1.32x at 6.5 MB, 2x H200); between, the pipelined gather.
+_SMALL_GATHER_BYTES = 1 << 20
+_IN_PLACE_MESSAGE_BYTES = 64 << 20
+
+
+def gather(local: torch.Tensor, partition: Partition, group=None, *, gradient: str = "reduce_scatter",
+           method: str = "auto") -> torch.Tensor:
+    """Every rank's [T/cp, ...] -> [T, ...] in sequence order on every rank. ``gradient="reduce_scatter"``
+    (the adjoint): rank r's gradient is the sum over ranks of split_r(dy_k), so a loss computed
+    identically on every rank gets a factor cp (AReaL's reassemble_cp_packed_logprobs; count
+    tokens over DP x CP to cancel it). ``gradient="local"``: the peers' rows are detached and only
+    this rank's gradient flows back (AReaL's postprocess_packed_seqs_context_parallel), no
+    collective in backward.
+
+    ``method`` (CUDA tensors; CPU tensors always take "all_gather"): "all_gather" gathers rank-major
+    then reorders (one more [T, ...] buffer and pass); "pipelined" places this rank's rows from
+    ``local`` beside the all-gather and only the peers' rows after it; "in_place" (dual_chunk, NCCL)
+    sends each chunk straight to its rows on every peer, no second buffer; "auto" picks by size.
+    The contiguous layout all-gathers straight into the result whatever the method."""
     what = "headroom.torch.cp.gather"
     if gradient not in ("reduce_scatter", "local"):
         raise invalid_argument(f"{what}: gradient = {gradient!r}, expected 'reduce_scatter' or 'local'")
+    if method not in _GATHER_METHODS:
+        raise invalid_argument(f"{what}: method = {method!r}, expected one of {', '.join(map(repr, _GATHER_METHODS))}")
     if partition.cp_size == 1:
         return partition.to_sequence_order(local)
     _check_group(partition, group, what)
     _check_rows(local, partition.local_rows, what, "local input", "this rank's rows")
-    return _Gather.apply(local, partition, group, gradient == "reduce_scatter")
+    if local.requires_grad and _grad_enabled():
+        return _Gather.apply(local, partition, group, gradient == "reduce_scatter", method)
+    return _gather(local, partition, group, method)
+
+
+def _gather(local, partition, group, method):
+    """The forward: [T/cp, ...] -> [T, ...] by the method (see gather)."""
+    import torch.distributed as dist
+
+    e, cp_size, rank = partition._padded, partition.cp_size, partition.cp_rank
+    rows, shape = partition.local_rows, local.shape
+    out = local.new_empty((e.global_rows, *shape[1:]))
+    if partition.layout == "contiguous":  # rank-major is sequence order: the all-gather lands in place
+        dist.all_gather_into_tensor(out, local, group=group)
+        return out
+    fast = local.is_cuda and type(local) is torch.Tensor and not _is_compiling() and _dispatch_modes() == 0
+    if fast and method == "auto":
+        nbytes = local.numel() * local.element_size() * cp_size
+        if nbytes < _SMALL_GATHER_BYTES:
+            method = "all_gather"
+        else:
+            messages = 2 * sum(1 for a, b in zip(e.host_cu, e.host_cu[1:]) if b > a)  # 2 chunks per sequence
+            big = messages and nbytes // (cp_size * messages) >= _IN_PLACE_MESSAGE_BYTES
+            method = "in_place" if big and dist.get_backend(group) == "nccl" else "pipelined"
+    if not fast or method == "all_gather":
+        rank_major = local.new_empty(out.shape)
+        dist.all_gather_into_tensor(rank_major, local, group=group)
+        if fast:
+            return _launch(partition._rank0() or e, "to_sequence_order", rank_major, e.global_rows, out, e.global_rows)
+        return partition.to_sequence_order(rank_major)
+    if method == "in_place":
+        cu = e.host_cu
+        peers = [dist.get_global_rank(group, q) if group is not None else q for q in range(cp_size)]
+        ops = []
+        for q in range(cp_size):
+            if q == rank:
+                continue
+            for i in range(len(cu) - 1):
+                c = (cu[i + 1] - cu[i]) // (2 * cp_size)  # rows of one chunk
+                if c == 0:
+                    continue
+                l0 = cu[i] // cp_size  # this rank's chunk `rank`, then its chunk 2 cp - 1 - rank
+                # NCCL pairs the k-th send to a peer with the peer's k-th recv from us: one order on both sides.
+                ops += [dist.P2POp(dist.isend, local[l0:l0 + c], peers[q], group),
+                        dist.P2POp(dist.isend, local[l0 + c:l0 + 2 * c], peers[q], group),
+                        dist.P2POp(dist.irecv, out[cu[i] + q * c:cu[i] + (q + 1) * c], peers[q], group),
+                        dist.P2POp(dist.irecv, out[cu[i] + (2 * cp_size - 1 - q) * c:cu[i] + (2 * cp_size - q) * c],
+                                   peers[q], group)]
+        works = dist.batch_isend_irecv(ops) if ops else []
+        _launch(e, "place", local, rows, out, e.global_rows, (rank, 0, rows, True))  # own rows, beside the messages
+        for w in works:
+            w.wait()
+        return out
+    # pipelined: the all-gather into a rank-major workspace; own rows placed from `local` meanwhile
+    workspace = local.new_empty(out.shape)
+    work = dist.all_gather_into_tensor(workspace, local, group=group, async_op=True)
+    _launch(e, "place", local, rows, out, e.global_rows, (rank, 0, rows, True))
+    work.wait()  # the current stream waits for the all-gather; the host does not
+    if rank > 0:
+        _launch(e, "place", workspace[:rank * rows], rank * rows, out, e.global_rows, (0, 0, rows, True))
+    if rank + 1 < cp_size:
+        _launch(e, "place", workspace[(rank + 1) * rows:], (cp_size - 1 - rank) * rows, out, e.global_rows,
+                (rank + 1, 0, rows, True))
+    return out
 
 
 class _Gather(torch.autograd.Function):
-    """all_gather_into_tensor (rank-major [T, ...]) then the reorder: one [T, ...] buffer besides
-    the result. Backward: the adjoint (reorder back, reduce-scatter), or this rank's rows only."""
+    """The gather (see _gather). Backward: the adjoint (reorder back, reduce-scatter), or this
+    rank's rows only."""
 
     @staticmethod
-    def forward(ctx, local, partition, group, reduce_scatter):
-        import torch.distributed as dist
-
+    def forward(ctx, local, partition, group, reduce_scatter, method):
         ctx.partition, ctx.group, ctx.reduce_scatter = partition, group, reduce_scatter
-        rank_major = local.new_empty((partition.global_rows, *local.shape[1:]))
-        dist.all_gather_into_tensor(rank_major, local, group=group)
-        return partition.to_sequence_order(rank_major)
+        return _gather(local, partition, group, method)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -739,10 +842,10 @@ class _Gather(torch.autograd.Function):
 
         p = ctx.partition
         if not ctx.reduce_scatter:
-            return p.split(dy.contiguous()), None, None, None
+            return p.split(dy.contiguous()), None, None, None, None
         dx = dy.new_empty((p.local_rows, *dy.shape[1:]))
         dist.reduce_scatter_tensor(dx, p.to_rank_order(dy.contiguous()), group=ctx.group)
-        return dx, None, None, None
+        return dx, None, None, None, None
 
 
 class GatherOutput(str, enum.Enum):

@@ -82,6 +82,15 @@ void plan::to_rank_order(device_matrix in, device_matrix out, int elem_bytes, st
               [](auto const& p, auto cu, auto i, auto o, auto s) { cp::cuda::to_rank_order(p, cu, i, o, s); });
 }
 
+void plan::place(device_matrix in, device_matrix out, int elem_bytes, int rank0, std::int64_t local0,
+                 std::int64_t block, bool spread, std::uintptr_t stream) const {
+  auto const shape = spread ? cp::cuda::detail::grid_shape::one_tile_per_block : cp::cuda::detail::grid_shape::resident;
+  launch_rows(*this, "headroom._cuda.Plan.place", in, out, elem_bytes, stream,
+              [&](auto const& p, auto cu, auto i, auto o, auto s) {
+                cp::cuda::place_rank_major(p, cu, i, rank0, local0, block, o, s, shape);
+              });
+}
+
 void plan::pad_split(device_matrix in, device_matrix out, int elem_bytes, std::span<unsigned char const> pad_value,
                      std::int64_t shift, std::uintptr_t stream) const {
   char const* op = "headroom._cuda.Plan.pad_split";

@@ -104,5 +104,17 @@ NB_MODULE(_cuda, m) {
           },
           nb::arg("input"), nb::arg("input_rows"), nb::arg("output"), nb::arg("output_rows"), nb::arg("width"),
           nb::arg("elem_bytes"), nb::arg("pad_value"), nb::arg("shift"), nb::arg("stream"))
+      .def(
+          "place",
+          [](plan const& p, std::uintptr_t in, std::int64_t in_rows, std::uintptr_t out, std::int64_t out_rows,
+             std::int64_t width, int elem_bytes, int rank0, std::int64_t local0, std::int64_t block, bool spread,
+             std::uintptr_t stream) {
+            p.place({in, in_rows, width}, {out, out_rows, width}, elem_bytes, rank0, local0, block, spread, stream);
+          },
+          nb::arg("input"), nb::arg("input_rows"), nb::arg("output"), nb::arg("output_rows"), nb::arg("width"),
+          nb::arg("elem_bytes"), nb::arg("rank0"), nb::arg("local0"), nb::arg("block"), nb::arg("spread"),
+          nb::arg("stream"),
+          "Rank-major rows [local0, local0 + block) of ranks rank0, ... (input_rows / block ranks) to their "
+          "sequence positions in output; no other row written")
       .def("__repr__", &plan::describe);
 }

@@ -73,6 +73,10 @@ class plan {
   void to_rank_order(device_matrix in, device_matrix out, int elem_bytes, std::uintptr_t stream) const;
   void pad_split(device_matrix in, device_matrix out, int elem_bytes, std::span<unsigned char const> pad_value,
                  std::int64_t shift, std::uintptr_t stream) const;
+  /// in: rows [local0, local0 + block) of ranks rank0, ... in rank-major order -> their rows of out;
+  /// `spread`: one tile per block, so that a collective running beside gets SMs as blocks retire.
+  void place(device_matrix in, device_matrix out, int elem_bytes, int rank0, std::int64_t local0, std::int64_t block,
+             bool spread, std::uintptr_t stream) const;
 
   [[nodiscard]] any_partition const& partition() const noexcept { return partition_; }
   [[nodiscard]] cp::padding const& padding(char const* op) const;

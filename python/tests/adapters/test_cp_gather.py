@@ -54,6 +54,23 @@ def _checks(rank, world, areal_ok):
     got = cp.collect_output(part.split(x), part, policy="none")
     assert torch.equal(got.rows, part.split(x)) and torch.equal(got.cu_seqlens, part.local_cu_seqlens)
 
+    # The contiguous layout all-gathers straight into the result (rank-major is sequence order),
+    # and every method gives the same rows (CPU tensors take the all-gather and reorder).
+    cpart = cp.Partition(part.cu_seqlens, world, rank, layout="contiguous")
+    local3 = cpart.split(x).requires_grad_()
+    full = cp.gather(local3, cpart)
+    assert torch.equal(full, x)
+    (full * w).sum().backward()
+    assert torch.equal(local3.grad, world * cpart.split(w))
+    for method in ("all_gather", "pipelined", "in_place"):
+        assert torch.equal(cp.gather(part.split(x), part, method=method), x)
+    try:
+        cp.gather(part.split(x), part, method="ring")
+    except headroom.invalid_argument as e:
+        assert "method = 'ring', expected one of 'auto', 'all_gather', 'pipelined', 'in_place'" in str(e), str(e)
+    else:
+        raise AssertionError("gather with an unknown method did not raise")
+
     # A partition of another CP size than the group: refused before any collective.
     other = cp.Partition([0, 4 * world], 2 * world, rank)
     try:

@@ -23,15 +23,17 @@ def run(args, tmp_path):
 
 def test_cp_gather_bench_on_gloo(tmp_path):
     out = run([BENCH / "cp_torch_gather_nccl.py", "--backend", "gloo", "--device", "cpu", "--tokens", "300",
-               "--width", "16", "--check-tokens", "300", "--check-width", "16", "--batches", "2",
+               "--width", "16", "--extra-widths", "40", "--check-tokens", "300", "--check-width", "16", "--batches", "2",
                "--iterations", "3", "--warmup", "1"], tmp_path)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "FAIL" not in out.stdout
     for policy in ("full", "none", "per_token", "local-gradient"):
         assert f"PASS  {policy} bf16 batch 1" in out.stdout and f"PASS  {policy} fp32 batch 0" in out.stdout
     summary = json.loads((tmp_path / "cp_torch_gather_nccl.json").read_text())
-    assert summary["pass"] and summary["checks_failed"] == 0 and summary["checks"] == 2 * 2 * 7
-    assert [r["dtype"] for r in summary["rows"]] == ["bf16", "fp32"]
+    # 7 checks per checked batch; each timed case (bf16, fp32, bf16 at the extra width) checks 3 methods
+    assert summary["pass"] and summary["checks_failed"] == 0 and summary["checks"] == 2 * 2 * 7 + 3 * 3
+    assert [(r["dtype"], r["width"]) for r in summary["rows"]] == [("bf16", 16), ("fp32", 16), ("bf16", 40)]
+    assert set(summary["rows"][0]["methods_ms"]) == {"auto", "all_gather", "pipelined", "in_place"}
 
 
 def test_stats_bench_checks_on_gloo(tmp_path):

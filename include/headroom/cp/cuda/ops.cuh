@@ -6,6 +6,7 @@
 //   split_adjoint      this rank's rows back to [T, w], zeros elsewhere
 //   to_sequence_order  rank-major all-gather buffer -> sequence order (gather's reorder)
 //   to_rank_order      sequence order -> rank-major (gather's adjoint before reduce-scatter)
+//   place_rank_major   some ranks' rank-major rows -> their sequence positions (nothing else written)
 //   pad_split          raw, unpadded [T_raw, w] -> this rank's padded rows, pads filled in the
 //                      kernel (TE needs the caller to pad first); `shift` = 1 gives next-token
 //                      labels / loss mask with every pad and each sequence's last real token masked
@@ -327,6 +328,31 @@ void to_sequence_order(partition<L> const& p, device_cu<I> cu, matrix_view<T con
   }
   detail::sequence_order_source<L, I> src{cu.data, p.sequences(), p.global_rows(), p.cp_size(), 0, 0, p.local_rows()};
   detail::launch_copy_rows(src, rank_major.data, sequence.data, p.global_rows(), plan, {}, s, op);
+}
+
+/// Rank-major rows to their sequence positions, writing only those rows: `from` holds local rows
+/// [local0, local0 + block) of ranks rank0, rank0 + 1, ... (from.rows / block ranks, rank after
+/// rank). A gather that receives rows elsewhere than their place (a chunk of an all-gather, this
+/// rank's own rows) places them with it; `shape` as for the copy kernels.
+template <vector_policy_type V = vector_policy::widest, layout_policy L, row_element T, cu_index I>
+void place_rank_major(partition<L> const& p, device_cu<I> cu, matrix_view<T const> from, int rank0, std::int64_t local0,
+                      std::int64_t block, matrix_view<T> sequence, stream_view s,
+                      detail::grid_shape shape = detail::grid_shape::resident) {
+  char const* op = "cp::cuda::place_rank_major";
+  detail::expect_device_cu(cu, p.sequences(), op, "cu_seqlens");
+  cp::detail::expect_shape(sequence, p.global_rows(), from.width, op, "sequence-order output");
+  expects(block >= 0 && local0 >= 0 && local0 + block <= p.local_rows(), op, ": local rows [", local0, ", ",
+          local0 + block, "), expected a range within this partition's ", p.local_rows(), " local rows");
+  std::int64_t const ranks = block == 0 ? 0 : from.rows / block;
+  expects(ranks * block == from.rows && rank0 >= 0 && rank0 + ranks <= p.cp_size(), op, ": ", from.rows,
+          " input rows from rank ", rank0, " in blocks of ", block, " rows, expected whole blocks of ranks below cp_size ",
+          p.cp_size());
+  cp::detail::expect_disjoint(from, sequence, op);
+  if (from.rows == 0) return;
+  auto const plan =
+      plan_copy<V>(from.row_bytes(), {{"rank-major input", from.data}, {"sequence-order output", sequence.data}}, op);
+  detail::rank_major_destination<L, I> dst{cu.data, p.sequences(), p.global_rows(), p.cp_size(), rank0, local0, block};
+  detail::launch_copy_rows(dst, from.data, sequence.data, from.rows, plan, {}, s, op, shape);
 }
 
 template <vector_policy_type V = vector_policy::widest, layout_policy L, row_element T, cu_index I>

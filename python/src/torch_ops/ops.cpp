@@ -1,0 +1,259 @@
+// headroom._torch_ops: the CP split and reorder ops registered with PyTorch's dispatcher from C++,
+// on the LibTorch stable ABI (torch/csrc/stable, the C shims; TORCH_TARGET_VERSION 2.10), so one
+// build loads in every torch from 2.10 on and a call through torch.ops.headroom.* costs no Python.
+//
+//   headroom::cp_split(Tensor x, Tensor cu_seqlens, int cp_size, int cp_rank, str layout) -> Tensor
+//   headroom::cp_split_adjoint(Tensor y, Tensor cu_seqlens, int cp_size, int cp_rank, str layout) -> Tensor
+//   headroom::cp_to_sequence_order(Tensor x, Tensor cu_seqlens, int cp_size, str layout) -> Tensor
+//   headroom::cp_to_rank_order(Tensor x, Tensor cu_seqlens, int cp_size, str layout) -> Tensor
+//
+// The same schemas as the Python custom ops of headroom.torch.cp, which registers their fake
+// kernels and autograd formulas (the stable ABI has no autograd registration). CPU tensors run
+// the host ops of headroom/cp/ops.hpp, CUDA tensors the kernels of python/src/cuda (the plan and
+// launch code headroom._cuda uses) on the current stream. Plans are built once per batch from the
+// values of cu_seqlens and kept (a few, most recent first): a call compares the values, which are
+// on the host (headroom.torch.cp's Partition keeps them there).
+#include <torch/csrc/inductor/aoti_torch/c/shim.h>
+#include <torch/csrc/stable/accelerator.h>
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/ops.h>
+#include <torch/csrc/stable/tensor.h>
+
+#include <cstdint>
+#include <cstring>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <variant>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "headroom/core/error.hpp"
+#include "headroom/cp/ops.hpp"
+#include "plan.hpp"
+
+namespace {
+
+using headroom::python::cuda::plan;
+using torch::stable::Tensor;
+
+template <std::size_t N>
+struct element {
+  unsigned char bytes[N];
+};
+
+template <class F>
+void with_element(std::size_t elem_bytes, char const* op, F&& f) {
+  switch (elem_bytes) {
+    case 1: return f(element<1>{});
+    case 2: return f(element<2>{});
+    case 4: return f(element<4>{});
+    case 8: return f(element<8>{});
+    case 16: return f(element<16>{});
+    default:
+      throw headroom::invalid_argument(headroom::detail::concat(op, ": elements of ", elem_bytes,
+                                                                " bytes, expected 1, 2, 4, 8 or 16"));
+  }
+}
+
+// ---- plans, found again from the values of cu_seqlens -------------------------------------------
+
+struct cached_plan {
+  std::int64_t cp_size, cp_rank;
+  std::string layout;
+  int device;  // -1: CPU (no device boundaries)
+  std::vector<std::int64_t> cu;
+  plan pl;
+  Tensor device_cu;  // keeps the device copy pl's kernels read alive
+};
+
+/// A dtype as Python spells it (the messages of the Python ops).
+std::string dtype_name(torch::headeronly::ScalarType t) {
+  using torch::headeronly::ScalarType;
+  switch (t) {
+    case ScalarType::Float: return "torch.float32";
+    case ScalarType::Double: return "torch.float64";
+    case ScalarType::Half: return "torch.float16";
+    case ScalarType::BFloat16: return "torch.bfloat16";
+    case ScalarType::Bool: return "torch.bool";
+    case ScalarType::Byte: return "torch.uint8";
+    case ScalarType::Char: return "torch.int8";
+    case ScalarType::Short: return "torch.int16";
+    default: return torch::headeronly::toString(t);
+  }
+}
+
+std::vector<std::int64_t> host_values(Tensor const& cu, char const* op) {
+  headroom::expects(cu.dim() == 1, op, ": cu_seqlens has ", cu.dim(), " dimensions, expected one");
+  headroom::expects(cu.is_cpu(), op, ": cu_seqlens is on a device, expected a CPU tensor (Partition.cu_seqlens)");
+  auto const type = cu.scalar_type();
+  bool const i64 = type == torch::headeronly::ScalarType::Long;
+  headroom::expects(i64 || type == torch::headeronly::ScalarType::Int, op, ": cu_seqlens has dtype ",
+                    dtype_name(type), ", expected torch.int32 or torch.int64");
+  Tensor const c = cu.is_contiguous() ? cu : torch::stable::contiguous(cu);  // a dispatcher call only when needed
+  std::vector<std::int64_t> out(static_cast<std::size_t>(c.numel()));
+  if (i64) {
+    std::memcpy(out.data(), c.const_data_ptr(), out.size() * sizeof(std::int64_t));
+  } else {
+    auto const* p = static_cast<std::int32_t const*>(c.const_data_ptr());
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = p[i];
+  }
+  return out;
+}
+
+class plan_cache {
+ public:
+  /// The plan of (cu values, cp_size, cp_rank, layout) for `device` (-1: host only), held by the
+  /// caller while it launches (the cache may drop it meanwhile).
+  std::shared_ptr<cached_plan const> get(Tensor const& cu, std::int64_t cp_size, std::int64_t cp_rank, std::string const& layout, int device,
+                  char const* op) {
+    auto values = host_values(cu, op);
+    std::lock_guard lock(mutex_);
+    for (auto it = plans_.begin(); it != plans_.end(); ++it) {
+      auto const& c = **it;
+      if (c.cp_size == cp_size && c.cp_rank == cp_rank && c.device == device && c.layout == layout && c.cu == values) {
+        if (it != plans_.begin()) plans_.splice(plans_.begin(), plans_, it);
+        return plans_.front();
+      }
+    }
+    // The partition checks the values; here only that they fit its ints.
+    headroom::expects(cp_size == static_cast<int>(cp_size) && cp_rank == static_cast<int>(cp_rank), op, ": cp_size = ",
+                      cp_size, ", cp_rank = ", cp_rank, ", expected ints");
+    plan pl(values, static_cast<int>(cp_size), static_cast<int>(cp_rank), layout);
+    Tensor device_cu;
+    if (device >= 0) {
+      Tensor host = torch::stable::empty({static_cast<std::int64_t>(values.size())}, torch::headeronly::ScalarType::Long,
+                                         std::nullopt, torch::stable::Device(torch::headeronly::DeviceType::CPU));
+      std::memcpy(host.mutable_data_ptr(), values.data(), values.size() * sizeof(std::int64_t));
+      device_cu = torch::stable::to(host, torch::stable::Device(torch::headeronly::DeviceType::CUDA,
+                                                                 static_cast<torch::stable::DeviceIndex>(device)));
+      pl.set_device_cu({reinterpret_cast<std::uintptr_t>(device_cu.const_data_ptr()), device_cu.numel(), 8});
+    }
+    plans_.push_front(std::make_shared<cached_plan const>(
+        cached_plan{cp_size, cp_rank, layout, device, std::move(values), std::move(pl), device_cu}));
+    if (plans_.size() > capacity) plans_.pop_back();
+    return plans_.front();
+  }
+
+ private:
+  static constexpr std::size_t capacity = 16;
+  std::mutex mutex_;
+  std::list<std::shared_ptr<cached_plan const>> plans_;
+};
+
+plan_cache& plans() {
+  static plan_cache* cache = new plan_cache;  // never destroyed: device tensors must not be freed at exit
+  return *cache;
+}
+
+// ---- the ops ---------------------------------------------------------------------------------------
+
+enum class kind { split, split_adjoint, to_sequence_order, to_rank_order };
+
+char const* name_of(kind k) {
+  switch (k) {
+    case kind::split: return "headroom::cp_split";
+    case kind::split_adjoint: return "headroom::cp_split_adjoint";
+    case kind::to_sequence_order: return "headroom::cp_to_sequence_order";
+    case kind::to_rank_order: return "headroom::cp_to_rank_order";
+  }
+  return "headroom::cp";
+}
+
+Tensor run(kind k, Tensor const& x, Tensor const& cu, std::int64_t cp_size, std::int64_t cp_rank,
+           std::string const& layout) {
+  char const* op = name_of(k);
+  headroom::expects(x.dim() >= 1, op, ": input is a 0-d tensor, expected [rows, ...]");
+  headroom::expects(x.is_contiguous(), op, ": input is not contiguous, expected a contiguous tensor (call .contiguous())");
+  bool const cuda = x.is_cuda();
+  headroom::expects(cuda || x.is_cpu(), op, ": input is on another device than the CPU or CUDA");
+  auto const held = plans().get(cu, cp_size, cp_rank, layout, cuda ? x.get_device_index() : -1, op);
+  plan const& pl = held->pl;
+  bool const to_local = k == kind::split, from_local = k == kind::split_adjoint;
+  std::int64_t const in_rows = from_local ? pl.local_rows() : pl.global_rows();
+  std::int64_t const out_rows = to_local ? pl.local_rows() : pl.global_rows();
+  headroom::expects(x.size(0) == in_rows, op, ": input has ", x.size(0), " rows, expected ", in_rows,
+                    from_local ? " (this rank's rows, cu_seqlens[-1] / cp_size)" : " (cu_seqlens[-1], the padded total)");
+  std::vector<std::int64_t> shape(x.sizes().begin(), x.sizes().end());
+  shape[0] = out_rows;
+  Tensor out = torch::stable::new_empty(x, shape);
+  std::int64_t const width = in_rows ? x.numel() / in_rows : 0;
+  if (x.numel() == 0 && out.numel() == 0) return out;
+  std::size_t const elem = x.element_size();
+#ifdef HEADROOM_TORCH_OPS_CUDA
+  if (cuda) {
+    torch::stable::accelerator::DeviceGuard guard(x.get_device_index());
+    void* stream = nullptr;
+    if (aoti_torch_get_current_cuda_stream(x.get_device_index(), &stream) != AOTI_TORCH_SUCCESS)
+      throw std::runtime_error(std::string(op) + ": could not get the current CUDA stream");
+    headroom::python::cuda::device_matrix in{reinterpret_cast<std::uintptr_t>(x.const_data_ptr()), in_rows, width};
+    headroom::python::cuda::device_matrix o{reinterpret_cast<std::uintptr_t>(out.mutable_data_ptr()), out_rows, width};
+    auto const s = reinterpret_cast<std::uintptr_t>(stream);
+    int const eb = static_cast<int>(elem);
+    switch (k) {
+      case kind::split: pl.split(in, o, eb, s); break;
+      case kind::split_adjoint: pl.split_adjoint(in, o, eb, s); break;
+      case kind::to_sequence_order: pl.to_sequence_order(in, o, eb, s); break;
+      case kind::to_rank_order: pl.to_rank_order(in, o, eb, s); break;
+    }
+    return out;
+  }
+#endif
+  with_element(elem, op, [&](auto e) {
+    using T = decltype(e);
+    headroom::cp::matrix_view<T const> in{static_cast<T const*>(x.const_data_ptr()), in_rows, width};
+    headroom::cp::matrix_view<T> o{static_cast<T*>(out.mutable_data_ptr()), out_rows, width};
+    std::visit(
+        [&](auto const& p) {
+          switch (k) {
+            case kind::split: headroom::cp::split(p, in, o); break;
+            case kind::split_adjoint: headroom::cp::split_adjoint(p, in, o); break;
+            case kind::to_sequence_order: headroom::cp::to_sequence_order(p, in, o); break;
+            case kind::to_rank_order: headroom::cp::to_rank_order(p, in, o); break;
+          }
+        },
+        pl.partition());
+  });
+  return out;
+}
+
+Tensor cp_split(Tensor x, Tensor cu, std::int64_t cp_size, std::int64_t cp_rank, std::string layout) {
+  return run(kind::split, x, cu, cp_size, cp_rank, layout);
+}
+Tensor cp_split_adjoint(Tensor y, Tensor cu, std::int64_t cp_size, std::int64_t cp_rank, std::string layout) {
+  return run(kind::split_adjoint, y, cu, cp_size, cp_rank, layout);
+}
+// The reorders cover every rank: rank 0's plan serves them.
+Tensor cp_to_sequence_order(Tensor x, Tensor cu, std::int64_t cp_size, std::string layout) {
+  return run(kind::to_sequence_order, x, cu, cp_size, 0, layout);
+}
+Tensor cp_to_rank_order(Tensor x, Tensor cu, std::int64_t cp_size, std::string layout) {
+  return run(kind::to_rank_order, x, cu, cp_size, 0, layout);
+}
+
+}  // namespace
+
+STABLE_TORCH_LIBRARY_FRAGMENT(headroom, m) {
+  m.def("cp_split(Tensor x, Tensor cu_seqlens, int cp_size, int cp_rank, str layout) -> Tensor");
+  m.def("cp_split_adjoint(Tensor y, Tensor cu_seqlens, int cp_size, int cp_rank, str layout) -> Tensor");
+  m.def("cp_to_sequence_order(Tensor x, Tensor cu_seqlens, int cp_size, str layout) -> Tensor");
+  m.def("cp_to_rank_order(Tensor x, Tensor cu_seqlens, int cp_size, str layout) -> Tensor");
+}
+
+STABLE_TORCH_LIBRARY_IMPL(headroom, CPU, m) {
+  m.impl("cp_split", TORCH_BOX(&cp_split));
+  m.impl("cp_split_adjoint", TORCH_BOX(&cp_split_adjoint));
+  m.impl("cp_to_sequence_order", TORCH_BOX(&cp_to_sequence_order));
+  m.impl("cp_to_rank_order", TORCH_BOX(&cp_to_rank_order));
+}
+
+#ifdef HEADROOM_TORCH_OPS_CUDA
+STABLE_TORCH_LIBRARY_IMPL(headroom, CUDA, m) {
+  m.impl("cp_split", TORCH_BOX(&cp_split));
+  m.impl("cp_split_adjoint", TORCH_BOX(&cp_split_adjoint));
+  m.impl("cp_to_sequence_order", TORCH_BOX(&cp_to_sequence_order));
+  m.impl("cp_to_rank_order", TORCH_BOX(&cp_to_rank_order));
+}
+#endif

@@ -1,0 +1,117 @@
+"""headroom._torch_ops (the CP split and reorder ops registered from C++ on the LibTorch stable ABI)
+on CPU: they are the ops headroom.torch.cp uses, registered from ops.cpp; opcheck (schema, fake,
+autograd registered from Python) at every element size; bytes equal to the Python implementation
+(torch index ops) on random packed batches of both layouts; bad input. Skipped when the package was
+built without torch (then headroom.torch.cp defines these ops in Python, tested by test_cp_ops.py)."""
+import random
+
+import pytest
+import torch
+
+from headroom.torch import cp
+
+from _cp_cases import DTYPES, random_padded_cu, random_tensor
+
+pytest.importorskip("headroom._torch_ops", reason="headroom was built without torch: no C++ ops")
+
+ops = torch.ops.headroom
+NAMES = ("cp_split", "cp_split_adjoint", "cp_to_sequence_order", "cp_to_rank_order")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_ops_are_registered_from_cpp(name):
+    dump = torch._C._dispatch_dump(f"headroom::{name}")
+    # Schema and the CPU kernel from ops.cpp; the fake kernel and autograd from headroom.torch.cp.
+    assert "ops.cpp" in dump and "CPU" in dump, dump
+    assert "Autograd" in dump, dump
+    assert cp._CPP_OPS == NAMES
+
+
+def _cases(dtype):
+    p = cp.Partition([0, 8, 8, 24, 40], 4, 1)
+    T, n = p.global_rows, p.local_rows
+    gen = torch.Generator().manual_seed(3)
+    x, y = random_tensor((T, 3), dtype, gen), random_tensor((n, 3), dtype, gen)
+    return [(ops.cp_split.default, (x, p.cu_seqlens, 4, 1, "dual_chunk")),
+            (ops.cp_split.default, (x, p.cu_seqlens, 4, 3, "contiguous")),
+            (ops.cp_split_adjoint.default, (y, p.cu_seqlens, 4, 1, "dual_chunk")),
+            (ops.cp_to_sequence_order.default, (x, p.cu_seqlens, 4, "dual_chunk")),
+            (ops.cp_to_rank_order.default, (x, p.cu_seqlens.to(torch.int32), 4, "contiguous"))]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16, torch.int8, torch.complex128])
+def test_opcheck_every_element_size(dtype):
+    for op, args in _cases(dtype):
+        if dtype.is_floating_point or dtype.is_complex:
+            args = (args[0].clone().requires_grad_(),) + args[1:]
+        result = torch.library.opcheck(op, args)
+        assert set(result.values()) == {"SUCCESS"}, (op, result)
+
+
+@pytest.mark.parametrize("layout", ["dual_chunk", "contiguous"])
+@pytest.mark.parametrize("cp_size", [2, 3, 8])
+def test_bytes_equal_the_python_implementation(layout, cp_size):
+    rng = random.Random(cp_size)
+    gen = torch.Generator().manual_seed(cp_size)
+    impls = {"cp_split": cp._split_impl, "cp_split_adjoint": cp._split_adjoint_impl,
+             "cp_to_sequence_order": cp._to_sequence_order_impl, "cp_to_rank_order": cp._to_rank_order_impl}
+    for trial in range(4):
+        cu = torch.tensor(random_padded_cu(rng, rng.randint(1, 6), cp_size), dtype=torch.int64)
+        rank = rng.randrange(cp_size)
+        T = int(cu[-1])
+        for dtype in DTYPES:
+            x = random_tensor((T, 2, 3), dtype, gen)
+            for name, impl in impls.items():
+                inp = x[: T // cp_size].contiguous() if name == "cp_split_adjoint" else x
+                args = (cu, cp_size, rank, layout) if "split" in name else (cu, cp_size, layout)
+                got = getattr(ops, name)(inp, *args)
+                assert got.dtype == dtype and torch.equal(got, impl(inp, *args)), (name, dtype, cu.tolist(), rank)
+
+
+def test_cu_seqlens_int32_or_strided():
+    p = cp.Partition([0, 8, 24], 2, 1)
+    x = torch.randn(24, 2)
+    strided = torch.stack([p.cu_seqlens, p.cu_seqlens], 1)[:, 0]
+    assert not strided.is_contiguous()
+    for cu in (strided, p.cu_seqlens.to(torch.int32)):
+        assert torch.equal(ops.cp_split(x, cu, 2, 1, "dual_chunk"), p.split(x))
+
+
+def test_bad_input_names_the_value():
+    cu = torch.tensor([0, 8, 16])
+    cases = [
+        (r"input has 15 rows, expected 16", lambda: ops.cp_split(torch.zeros(15), cu, 2, 0, "dual_chunk")),
+        (r"input has 16 rows, expected 8 \(this rank's rows", lambda: ops.cp_split_adjoint(torch.zeros(16), cu, 2, 0,
+                                                                                             "dual_chunk")),
+        (r"cu_seqlens has dtype torch.float32, expected torch.int32 or torch.int64",
+         lambda: ops.cp_split(torch.zeros(16), cu.float(), 2, 0, "dual_chunk")),
+        (r"cu_seqlens has 2 dimensions", lambda: ops.cp_split(torch.zeros(16), cu[None], 2, 0, "dual_chunk")),
+        (r"layout = 'zigzag'", lambda: ops.cp_to_rank_order(torch.zeros(16), cu, 2, "zigzag")),
+        (r"cp_rank = 2 out of range \[0, 2\)", lambda: ops.cp_split(torch.zeros(16), cu, 2, 2, "dual_chunk")),
+        (r"not contiguous", lambda: ops.cp_split(torch.zeros(3, 16).t(), cu, 2, 0, "dual_chunk")),
+        (r"0-d tensor", lambda: ops.cp_split(torch.tensor(1.0), cu, 2, 0, "dual_chunk")),
+        (r"padded length 6", lambda: ops.cp_split(torch.zeros(14), torch.tensor([0, 8, 14]), 2, 0, "dual_chunk")),
+    ]
+    for match, fn in cases:
+        # The dispatcher does not keep headroom's class across the stable ABI: the message is kept.
+        with pytest.raises(RuntimeError, match=match):
+            fn()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.parametrize("layout", ["dual_chunk", "contiguous"])
+def test_cuda_kernels_equal_the_cpu_ops(layout):
+    # CUDA tensors: headroom._cuda's launch code on the current stream (one plan per device, kept).
+    rng = random.Random(11)
+    gen = torch.Generator().manual_seed(11)
+    for cp_size in (2, 8):
+        cu = torch.tensor(random_padded_cu(rng, 5, cp_size), dtype=torch.int64)
+        rank, T = cp_size - 1, int(cu[-1])
+        for dtype in DTYPES:
+            x = random_tensor((T, 5), dtype, gen)
+            y = x[: T // cp_size].contiguous()
+            for name, inp in (("cp_split", x), ("cp_split_adjoint", y), ("cp_to_sequence_order", x),
+                              ("cp_to_rank_order", x)):
+                args = (cu, cp_size, rank, layout) if "split" in name else (cu, cp_size, layout)
+                got = getattr(ops, name)(inp.cuda(), *args)
+                assert got.is_cuda and torch.equal(got.cpu(), getattr(ops, name)(inp, *args)), (name, dtype, cp_size)
