@@ -158,3 +158,12 @@ def test_svg_of_thousands_of_categories_is_fast_and_stacks_the_rest_as_other():
     svg = snap.to_svg()
     assert time.perf_counter() - t0 < 5.0  # was 248 s
     assert svg.count("<polygon") == 32 and "other (4969 categories)" in svg
+
+
+def test_cp_label_split_of_a_0d_tensor_names_it():
+    torch = pytest.importorskip("torch")
+    from headroom.torch import cp as tcp
+
+    part = tcp.Partition.from_raw([0, 5, 12], 2, 0)
+    with pytest.raises(headroom.invalid_argument, match="raw ids are a 0-d tensor, expected \\[12, ...\\]"):
+        part.shifted_label_split(torch.tensor(3))
