@@ -96,5 +96,7 @@ def test_objects_outliving_their_owners():
 
 def test_the_child_catches_a_crash():
     """The harness can fail: a call that kills the child is reported, named."""
-    with pytest.raises(AssertionError, match=r"signal 11\).*call 0 f:ctypes.string_at"):
+    with pytest.raises(AssertionError) as e:
         run_batch([["f:ctypes.string_at", ["int:8"]]])
+    assert "during call 0 f:ctypes.string_at" in str(e.value)
+    assert "(signal 11)" in str(e.value) or "AddressSanitizer: SEGV" in str(e.value)  # ASan's handler exits 1

@@ -24,4 +24,5 @@ def test_asan_reports_the_planted_use_after_free():
                        capture_output=True, text=True, timeout=120)
     assert r.returncode != 0, f"the planted use-after-free ran to the end unreported:\n{r.stderr[-2000:]}"
     assert "ERROR: AddressSanitizer: heap-use-after-free" in r.stderr, r.stderr[-3000:]
-    assert "_core" in r.stderr, r.stderr[-3000:]  # the frame is in the extension module
+    # The frame is the planted binding: its source line (symbolized) or at least the module.
+    assert "src/core/module.cpp" in r.stderr or "_core." in r.stderr, r.stderr[-3000:]

@@ -349,7 +349,7 @@ TEST_CASE("memory_viz writes a repeated file name or category once, then refers 
   std::size_t copies = 0;
   for (auto at = bytes.find(file); at != std::string::npos; at = bytes.find(file, at + 1)) ++copies;
   CHECK(copies == 1);
-  CHECK(bytes.size() < 100'000);  // 500 events and blocks, each naming the 10 KB file
+  CHECK(bytes.size() < 1'000'000);  // 500 events and blocks naming the 10 KB file: 10 MB written in full
 }
 
 TEST_CASE("nice_ticks: round steps in the peak's binary unit") {
