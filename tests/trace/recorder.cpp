@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <random>
 #include <string>
@@ -227,6 +228,15 @@ TEST_CASE("a full live table flags the allocations it leaves out") {
   CHECK(events[0].flags == 0);
   CHECK(events[1].flags == tr::event::untracked);
   CHECK(rec.live().untracked() == 1);
+}
+
+TEST_CASE("a live table or ring past 2^32 entries is a capacity_error, not an overflowed size") {
+  // bit_ceil(max_live * 2) overflowed past 2^63: a one-slot table whose second insert never ended.
+  for (std::size_t n : {std::size_t{1} << 62 | 1, std::size_t{1} << 33, std::numeric_limits<std::size_t>::max()}) {
+    CHECK_THROWS_AS(tr::recorder<>{{.max_live = n}}, capacity_error);
+    CHECK_THROWS_AS(tr::live_table{n}, capacity_error);
+    CHECK_THROWS_AS(tr::recorder<>{{.max_entries = n}}, capacity_error);
+  }
 }
 
 TEST_CASE("ticks are monotonic and convert to Unix-epoch time") {

@@ -319,6 +319,39 @@ TEST_CASE("SVG of the active memory timeline: stacked categories, peak in the ti
   CHECK(empty.find("no memory held") != std::string::npos);
 }
 
+TEST_CASE("many categories: the SVG stacks the ones past max_svg_categories as other") {
+  std::vector<std::string> names;
+  for (int i = 0; i < 40; ++i) names.push_back("category " + std::to_string(i));
+  tr::recorder<> rec({.max_entries = 100, .max_live = 100});
+  rec.start();
+  for (std::size_t i = 0; i < names.size(); ++i)
+    rec.alloc(reinterpret_cast<void const*>(std::uintptr_t{0x1000} * (i + 1)), 256, 0, tr::category{names[i].c_str()});
+  auto const s = tr::take_snapshot(rec);
+  auto const t = tr::make_active_timeline(s, tr::max_svg_categories);
+  REQUIRE(t.categories.size() == tr::max_svg_categories);
+  CHECK(t.categories.back() == "other");
+  CHECK(t.merged == 40 - (tr::max_svg_categories - 1));
+  CHECK(t.total(t.bytes.size() - 1) == 40 * 256);  // nothing lost in the merge
+  auto const svg = tr::to_svg(s);
+  CHECK(svg.find(">other (9 categories)</text>") != std::string::npos);
+  CHECK(svg.find(">category 30</text>") != std::string::npos);
+  CHECK(svg.find(">category 31</text>") == std::string::npos);
+}
+
+TEST_CASE("memory_viz writes a repeated file name or category once, then refers to it") {
+  std::string const file(10'000, 'f');
+  tr::recorder<> rec({.max_entries = 1000, .max_live = 1000});
+  rec.start();
+  for (std::uintptr_t i = 1; i <= 500; ++i)
+    rec.alloc(reinterpret_cast<void const*>(i * 0x1000), 64, 0, tr::category{"a category name"},
+              tr::frame{file.c_str(), "forward", 7});
+  auto const bytes = tr::to_memory_viz(tr::take_snapshot(rec));
+  std::size_t copies = 0;
+  for (auto at = bytes.find(file); at != std::string::npos; at = bytes.find(file, at + 1)) ++copies;
+  CHECK(copies == 1);
+  CHECK(bytes.size() < 1'000'000);  // 500 events and blocks naming the 10 KB file: 10 MB written in full
+}
+
 TEST_CASE("nice_ticks: round steps in the peak's binary unit") {
   auto const t = tr::detail::nice_ticks(2.4 * (1 << 30), true);
   CHECK(std::string(t.unit_name) == "GiB");

@@ -66,16 +66,21 @@ inline void validate_orders(std::size_t unit_count, std::span<execution_order co
   expects(resident <= std::max<std::size_t>(longest, 2), "pool: resident units N = ", resident,
           "; expected N <= ", std::max<std::size_t>(longest, 2),
           ", the entries of the longest registered order (a window that long already holds every unit of it)");
-  std::vector<char> seen(unit_count, 0);
+  // The first unit missing from every order is at most the number of entries (they cannot name
+  // more distinct units), so a table that long finds it: never unit_count bytes for a huge count.
+  std::size_t entries = 0;
+  for (auto const& o : orders) entries += o.units.size();
+  std::size_t const tracked = std::min(unit_count, entries + 1);
+  std::vector<char> seen(tracked, 0);
   for (auto const& o : orders) {
     expects(!o.units.empty(), "pool: execution order '", o.name, "' is empty; expected at least one unit");
     for (std::size_t i = 0; i < o.units.size(); ++i) {
       expects(o.units[i] < unit_count, "pool: execution order '", o.name, "' names unit ", o.units[i],
               " at position ", i, "; expected a unit index below ", unit_count);
-      seen[o.units[i]] = 1;
+      if (o.units[i] < tracked) seen[o.units[i]] = 1;
     }
   }
-  for (std::size_t u = 0; u < unit_count; ++u)
+  for (std::size_t u = 0; u < tracked; ++u)
     expects(seen[u] != 0, "pool: unit ", u, " is missing from every execution order; expected each of the ",
             unit_count, " units in at least one order");
 }

@@ -231,9 +231,13 @@ template <padding_policy Padding = no_padding>
   return make_interval_plan(w, std::span<execution_order const>(orders.begin(), orders.size()), options, padding);
 }
 
+/// Pairs units_sharing_bytes returns at most (each listed twice, 4 bytes an entry: 2 GiB).
+inline constexpr std::size_t max_sharing_pairs = std::size_t{1} << 28;
+
 /// For every unit of an interval plan, the units whose byte range (first bucket to last)
 /// overlaps its own: the units that must never be held together with it. Empty lists for
-/// fixed / max plans (their units never share a slot at once).
+/// fixed / max plans (their units never share a slot at once). A sweep over the ranges sorted
+/// by start: O(n log n + pairs). Throws capacity_error past max_sharing_pairs pairs.
 [[nodiscard]] inline std::vector<std::vector<std::uint32_t>> units_sharing_bytes(plan const& p) {
   std::size_t const n = p.unit_count();
   std::vector<std::vector<std::uint32_t>> out(n);
@@ -246,12 +250,25 @@ template <padding_policy Padding = no_padding>
       extent[u].begin = std::min(extent[u].begin, sl.offset);
       extent[u].end = std::max(extent[u].end, sl.offset + sl.bytes);
     }
+  std::vector<std::uint32_t> by_begin;
   for (std::uint32_t u = 0; u < n; ++u)
-    for (std::uint32_t v = u + 1; v < n; ++v)
-      if (extent[u].begin < extent[v].end && extent[v].begin < extent[u].end) {
-        out[u].push_back(v);
-        out[v].push_back(u);
-      }
+    if (extent[u].begin != UINT64_MAX) by_begin.push_back(u);
+  std::sort(by_begin.begin(), by_begin.end(),
+            [&](std::uint32_t a, std::uint32_t b) { return extent[a].begin < extent[b].begin; });
+  std::size_t pairs = 0;
+  for (std::size_t i = 0; i < by_begin.size(); ++i) {
+    std::uint32_t const u = by_begin[i];
+    for (std::size_t j = i + 1; j < by_begin.size() && extent[by_begin[j]].begin < extent[u].end; ++j) {
+      std::uint32_t const v = by_begin[j];
+      if (extent[v].end <= extent[u].begin) continue;  // v empty, at u's start
+      expects<capacity_error>(++pairs <= max_sharing_pairs, "pool::units_sharing_bytes: plan '", p.workload_name,
+                              "' has more than ", max_sharing_pairs, " pairs of ", n,
+                              " units sharing bytes; expected at most 2^28 (the lists would take over 2 GiB)");
+      out[u].push_back(v);
+      out[v].push_back(u);
+    }
+  }
+  for (auto& l : out) std::sort(l.begin(), l.end());
   return out;
 }
 

@@ -262,10 +262,12 @@ void plan_fixed(plan& p, workload const& w) {
   };
   std::vector<key> keys;
   for (std::size_t u = 0; u < w.units.size(); ++u) keys.push_back(key_of(u));
+  std::map<key, std::size_t> class_size;  // O(n log n): counting each unit's class by scanning was O(n^2)
+  for (auto const& k : keys) ++class_size[k];
   std::size_t best = 0;
   std::size_t best_count = 0;
   for (std::size_t u = 0; u < keys.size(); ++u) {
-    auto const count = static_cast<std::size_t>(std::count(keys.begin(), keys.end(), keys[u]));
+    auto const count = class_size[keys[u]];
     if (count > best_count) {  // strictly more: the first class wins ties
       best = u;
       best_count = count;

@@ -34,10 +34,17 @@ struct live_entry {
   bool pending_free = false;  ///< free_requested seen, free_completed not yet
 };
 
+/// The most entries a live table takes: its slots (twice that, rounded up to a power of two)
+/// must be countable, and 2^32 live blocks is past any allocator.
+inline constexpr std::size_t max_live_limit = std::size_t{1} << 32;
+
 class live_table {
  public:
   explicit live_table(std::size_t max_live)
-      : max_live_((expects(max_live > 0, "trace::live_table: max_live is 0; expected at least 1 block"), max_live)),
+      : max_live_((expects(max_live > 0, "trace::live_table: max_live is 0; expected at least 1 block"),
+                   expects<capacity_error>(max_live <= max_live_limit, "trace::live_table: max_live = ", max_live,
+                                           "; expected at most 2^32 (", max_live_limit, ") live blocks"),
+                   max_live)),
         mask_(std::bit_ceil(max_live * 2) - 1),
         slots_(std::make_unique<live_entry[]>(mask_ + 1)) {}
 

@@ -32,9 +32,11 @@ inline void write_frames(pickle_writer& w, frame const& f) {
   w.begin_list();
   if (!f.empty()) {
     w.begin_dict();
-    w.item("filename", f.filename);
+    w.key("filename");
+    w.shared_string(f.filename);
     w.item("line", f.line);
-    w.item("name", f.function);
+    w.key("name");
+    w.shared_string(f.function);
     w.end_dict();
   }
   w.end_list();
@@ -49,7 +51,8 @@ inline void write_event(pickle_writer& w, event const& e, std::string_view actio
   w.item("time_us", e.time / 1000);
   w.key("frames");
   write_frames(w, e.where());
-  w.item("category", what.view());
+  w.key("category");
+  w.shared_string(what.view());
   w.end_dict();
 }
 

@@ -31,6 +31,9 @@
 
 namespace headroom::trace {
 
+/// The most events a recorder's ring takes (each ~64 bytes, allocated at construction).
+inline constexpr std::size_t max_entries_limit = std::size_t{1} << 32;
+
 struct recorder_options {
   std::size_t max_entries = 100'000;  ///< events kept per recording (the newest win)
   std::size_t max_live = 1u << 15;    ///< blocks + segments tracked at once
@@ -159,6 +162,10 @@ class recorder {
  private:
   static recorder_options const& checked(recorder_options const& o) {
     expects(o.max_entries > 0, "trace::recorder: max_entries is 0; expected at least 1 event");
+    expects<capacity_error>(o.max_entries <= max_entries_limit, "trace::recorder: max_entries = ", o.max_entries,
+                            "; expected at most 2^32 (", max_entries_limit, ") events");
+    expects<capacity_error>(o.max_live <= max_live_limit, "trace::recorder: max_live = ", o.max_live,
+                            "; expected at most 2^32 (", max_live_limit, ") live blocks");
     expects(o.max_live > 0, "trace::recorder: max_live is 0; expected at least 1 live block");
     expects(o.device >= 0, "trace::recorder: device ", o.device, " is negative; expected a device ordinal >= 0");
     return o;

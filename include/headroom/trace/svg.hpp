@@ -3,7 +3,9 @@
 // to_svg: the Active Memory Timeline of a snapshot as a self-contained SVG (no script, no
 // fonts beyond the generic family), for people who do not have PyTorch at hand. Categories are
 // stacked areas in the viewer's palette (d3 schemeTableau10) and category order, so a category
-// has the colour the viewer gives it; x is the alloc / free event index.
+// has the colour the viewer gives it; x is the alloc / free event index. Past
+// max_svg_categories the rest share one area, "other (N categories)": the drawing stays
+// O(points x categories) and readable whatever the trace names.
 #include <algorithm>
 #include <cmath>
 #include <array>
@@ -12,12 +14,16 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "headroom/core/bytes.hpp"
 #include "headroom/trace/snapshot.hpp"
 #include "headroom/trace/timeline.hpp"
 
 namespace headroom::trace {
+
+/// Areas drawn at most (the last one "other" when the trace has more categories).
+inline constexpr std::size_t max_svg_categories = 32;
 
 namespace detail {
 inline constexpr std::array<char const*, 10> tableau10{"#4e79a7", "#f28e2c", "#e15759", "#76b7b2", "#59a14f",
@@ -86,7 +92,7 @@ inline std::string tick_label(double value, char const* unit_name) {
 /// At most `max_points` x positions are drawn; each keeps the peak of the events it covers.
 [[nodiscard]] inline std::string to_svg(snapshot const& s, std::string_view title = "Active Memory Timeline",
                                         std::size_t max_points = 2000) {
-  auto const t = make_active_timeline(s);
+  auto const t = make_active_timeline(s, max_svg_categories);
   constexpr double width = 1024, height = 576, left = 80, right = 170, top = 44, bottom = 50;
   double const plot_w = width - left - right, plot_h = height - top - bottom;
   std::size_t const n = t.bytes.size();
@@ -127,24 +133,25 @@ inline std::string tick_label(double value, char const* unit_name) {
     o << "<line x1=\"" << left << "\" y1=\"" << y << "\" x2=\"" << left + plot_w << "\" y2=\"" << y
       << "\" stroke=\"#e0e0e0\"/>\n";
   }
+  auto label = [&](std::size_t c) {
+    std::string l = detail::escape_xml(t.categories[c]);
+    if (t.merged > 0 && c + 1 == t.categories.size()) l += " (" + std::to_string(t.merged) + " categories)";
+    return l;
+  };
+  std::vector<double> below(picks.size(), 0.0);  // bytes of the categories drawn so far, per point
   for (std::size_t c = 0; c < t.categories.size(); ++c) {
     std::ostringstream lo, up;
     for (auto* os : {&lo, &up}) {
       os->setf(std::ios::fixed);
       os->precision(1);
     }
-    for (std::size_t k = 0; k < picks.size(); ++k) {
-      double below = 0;
-      for (std::size_t j = 0; j < c; ++j) below += static_cast<double>(t.bytes[picks[k]][j]);
-      lo << x_of(k) << ',' << y_of(below) << ' ' << x_of(k + 1) << ',' << y_of(below) << ' ';
-    }
-    for (std::size_t k = picks.size(); k-- > 0;) {
-      double upto = 0;
-      for (std::size_t j = 0; j <= c; ++j) upto += static_cast<double>(t.bytes[picks[k]][j]);
-      up << x_of(k + 1) << ',' << y_of(upto) << ' ' << x_of(k) << ',' << y_of(upto) << ' ';
-    }
-    o << "<polygon fill=\"" << colour(c) << "\" points=\"" << lo.str() << up.str() << "\"><title>"
-      << detail::escape_xml(t.categories[c]) << "</title></polygon>\n";
+    for (std::size_t k = 0; k < picks.size(); ++k)
+      lo << x_of(k) << ',' << y_of(below[k]) << ' ' << x_of(k + 1) << ',' << y_of(below[k]) << ' ';
+    for (std::size_t k = 0; k < picks.size(); ++k) below[k] += static_cast<double>(t.bytes[picks[k]][c]);
+    for (std::size_t k = picks.size(); k-- > 0;)
+      up << x_of(k + 1) << ',' << y_of(below[k]) << ' ' << x_of(k) << ',' << y_of(below[k]) << ' ';
+    o << "<polygon fill=\"" << colour(c) << "\" points=\"" << lo.str() << up.str() << "\"><title>" << label(c)
+      << "</title></polygon>\n";
   }
   if (t.peak == 0) {
     o << "<text x=\"" << left + plot_w / 2 << "\" y=\"" << top + plot_h / 2
@@ -173,8 +180,7 @@ inline std::string tick_label(double value, char const* unit_name) {
   for (std::size_t c = 0; c < t.categories.size(); ++c) {
     double const y = top + 15.0 * static_cast<double>(c);
     o << "<rect x=\"" << lx << "\" y=\"" << y << "\" width=\"10\" height=\"10\" fill=\"" << colour(c)
-      << "\"/><text x=\"" << lx + 16 << "\" y=\"" << y + 9 << "\">" << detail::escape_xml(t.categories[c])
-      << "</text>\n";
+      << "\"/><text x=\"" << lx + 16 << "\" y=\"" << y + 9 << "\">" << label(c) << "</text>\n";
   }
   o << "</svg>\n";
   return o.str();

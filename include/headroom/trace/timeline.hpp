@@ -3,12 +3,15 @@
 // active_timeline: the bytes held by live blocks after each alloc / free of a snapshot's trace,
 // per category, as the viewer's "Active Memory Timeline" stacks them (x = the index of the
 // alloc / free event). Blocks live before the trace began ("initially allocated") are counted
-// from the first point on.
+// from the first point on. With `max_categories`, the categories past the first
+// max_categories - 1 share one last entry, "other" (a table of points x categories stays small
+// whatever the trace names).
 #include <algorithm>
 #include <cstdint>
 #include <map>
 #include <set>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "headroom/trace/snapshot.hpp"
@@ -21,6 +24,7 @@ struct active_timeline {
   std::vector<std::string_view> categories;
   std::vector<std::vector<std::uint64_t>> bytes;  ///< bytes[point][category]
   std::uint64_t peak = 0;                         ///< largest total over the points
+  std::size_t merged = 0;  ///< categories counted in the last entry, "other" (0: none merged)
 
   [[nodiscard]] std::uint64_t total(std::size_t point) const noexcept {
     std::uint64_t n = 0;
@@ -29,14 +33,23 @@ struct active_timeline {
   }
 };
 
-[[nodiscard]] inline active_timeline make_active_timeline(snapshot const& s) {
+[[nodiscard]] inline active_timeline make_active_timeline(snapshot const& s, std::size_t max_categories = SIZE_MAX) {
   active_timeline t;
+  max_categories = std::max<std::size_t>(max_categories, 1);
+  std::unordered_map<std::string_view, std::size_t> index;
   auto index_of = [&](category c) {
     std::string_view const name = c.view();
-    auto it = std::ranges::find(t.categories, name);
-    if (it != t.categories.end()) return static_cast<std::size_t>(it - t.categories.begin());
-    t.categories.push_back(name);
-    return t.categories.size() - 1;
+    if (auto it = index.find(name); it != index.end()) return it->second;
+    std::size_t i = t.categories.size();
+    if (i + 1 < max_categories) {
+      t.categories.push_back(name);
+    } else {  // past the limit: the last entry, "other"
+      if (t.merged == 0) t.categories.push_back("other");
+      i = max_categories - 1;
+      ++t.merged;
+    }
+    index.emplace(name, i);
+    return i;
   };
   struct held {
     std::uint64_t size;

@@ -89,7 +89,7 @@ class _Entry:
     of the boundaries its kernels read."""
 
     __slots__ = ("host_cu", "args", "partition", "padding", "version", "global_rows", "local_rows", "raw_rows",
-                 "indices", "cuda_plan", "device", "device_index", "device_cu")
+                 "indices", "cuda_plan", "device", "device_index", "device_cu", "streams")
 
     def __init__(self, host_cu: list, version: int, cp_size: int, cp_rank: int, layout: str, raw=None):
         """raw = (tp, extra, total_multiple): host_cu are raw boundaries, padded here."""
@@ -107,6 +107,7 @@ class _Entry:
         self.indices = {}
         self.cuda_plan = self.device = self.device_cu = None
         self.device_index = -2  # no device bound (CPU tensors report -1)
+        self.streams = set()  # raw streams kernels reading device_cu were launched on
 
     def index(self, name: str, device: torch.device, shift: int = 0):
         """An index tensor of the plan on `device`: "local", "gather", "pad_split" (raw row or -1
@@ -154,6 +155,8 @@ class _Entry:
                 self.cuda_plan.set_device_raw_cu(raw_cu.data_ptr(), raw_cu.numel(), 8)
             self.cuda_plan.set_device_cu(padded.data_ptr(), padded.numel(), 8)
             self.device, self.device_cu = device, (padded, raw_cu)
+            # Allocated on (and ordered with) the current stream; launches on others are recorded.
+            self.streams = {_raw_stream(padded.get_device())}
             self.device_index = padded.get_device()
             _one_device = torch.cuda.device_count() == 1
         return self.cuda_plan
@@ -238,14 +241,27 @@ def _launch(entry: _Entry, method: str, x: torch.Tensor, rows: int, out: torch.T
     device = x.get_device()
     plan = entry.cuda_plan if entry.device_index == device else entry.bind(x.device)
     width = elements // rows if rows else _width(x)
+    stream = _raw_stream(device)
+    if stream not in entry.streams:
+        _record_on_stream(entry, device)
     if not _one_device and device != _current_device():
         with torch.cuda.device(device):
             getattr(plan, method)(x.data_ptr(), rows, out.data_ptr(), out_rows, width, x.element_size(), *extra,
-                                  _raw_stream(device))
+                                  stream)
         return out
-    getattr(plan, method)(x.data_ptr(), rows, out.data_ptr(), out_rows, width, x.element_size(), *extra,
-                          _raw_stream(device))
+    getattr(plan, method)(x.data_ptr(), rows, out.data_ptr(), out_rows, width, x.element_size(), *extra, stream)
     return out
+
+
+def _record_on_stream(entry: _Entry, device: int) -> None:
+    """The kernels read the device boundaries on a stream other than the one they were allocated
+    on: without record_stream, dropping the plan would hand their memory back to the caching
+    allocator for reuse on the allocation stream while a kernel on this one may still read it."""
+    current = torch.cuda.current_stream(device)
+    for t in entry.device_cu:
+        if t is not None:
+            t.record_stream(current)
+    entry.streams.add(current.cuda_stream)
 
 
 # ---- implementations (what the ops run; the eager path calls them directly) ---------------------------
@@ -678,6 +694,9 @@ class Partition:
         mask = raw_mask of the label token, 0 at every sequence's last real token and every pad,
         so no cross-sequence or padded label counts. Returns (labels, mask); mask is bool when no
         raw mask is given, else raw_loss_mask's dtype."""
+        if raw_ids.dim() < 1:
+            raise invalid_argument(f"headroom.torch.cp.shifted_label_split: raw ids are a 0-d tensor, expected "
+                                   f"[{self.raw_rows}, ...] (one row per raw token)")
         if raw_loss_mask is None:
             raw_loss_mask = torch.ones(raw_ids.shape[0], dtype=torch.bool, device=raw_ids.device)
         elif raw_loss_mask.device != raw_ids.device:

@@ -36,21 +36,71 @@ using int_arg = nb::typed<nb::handle, int>;
 using str_arg = nb::typed<nb::handle, std::string>;
 using int_list_arg = nb::typed<nb::handle, std::vector<std::int64_t>>;
 
-/// repr() of a Python value, for messages.
+/// Longest repr() a message embeds; longer ones are cut with "..." (a 2^24-element list's repr
+/// is 149 MiB).
+inline constexpr std::size_t max_repr_chars = 200;
+/// Containers longer than this are named by type and length, without calling repr() at all.
+inline constexpr Py_ssize_t max_repr_items = 64;
+
+/// repr() of a Python value, for messages: at most max_repr_chars characters, and only
+/// "<list of 16777216 items>" for a long container.
 [[nodiscard]] inline std::string repr_of(nb::handle h) {
+  nb::object keep = nb::borrow(h);  // repr() may run Python code that drops the caller's reference
+  if (!PyUnicode_Check(h.ptr()) && !PyBytes_Check(h.ptr()) && (PySequence_Check(h.ptr()) || PyDict_Check(h.ptr()))) {
+    Py_ssize_t const n = PyObject_Length(h.ptr());
+    if (n < 0) PyErr_Clear();
+    if (n > max_repr_items)
+      return headroom::detail::concat("<", nb::type_name(h.type()).c_str(), " of ", n, " items>");
+  }
   PyObject* r = PyObject_Repr(h.ptr());
   if (r == nullptr) {
     PyErr_Clear();
     return "<unprintable>";
   }
   nb::str s = nb::steal<nb::str>(r);
-  return s.c_str();
+  Py_ssize_t size = 0;
+  char const* utf8 = PyUnicode_AsUTF8AndSize(s.ptr(), &size);
+  if (utf8 == nullptr) {
+    PyErr_Clear();
+    return "<unprintable>";
+  }
+  std::string out(utf8, static_cast<std::size_t>(size));
+  if (out.size() > max_repr_chars) {
+    std::size_t cut = max_repr_chars;
+    while (cut > 0 && (static_cast<unsigned char>(out[cut]) & 0xC0) == 0x80) --cut;  // whole UTF-8 characters
+    out.resize(cut);
+    out += "...";
+  }
+  return out;
 }
 
-/// A Python int (or anything with __index__, e.g. numpy integers) as a long long; bools and
-/// floats are refused with TypeError naming `what`.
+/// The UTF-8 text of a str; TypeError naming `what` for anything else, invalid_argument for a
+/// str that has no UTF-8 form (lone surrogates).
+[[nodiscard]] inline std::string as_utf8(nb::handle h, std::string_view what) {
+  if (!PyUnicode_Check(h.ptr()))
+    throw nb::type_error(headroom::detail::concat(what, " = ", repr_of(h), " (", nb::type_name(h.type()).c_str(),
+                                                  "); expected a str")
+                             .c_str());
+  Py_ssize_t size = 0;
+  char const* utf8 = PyUnicode_AsUTF8AndSize(h.ptr(), &size);
+  if (utf8 == nullptr) {
+    PyErr_Clear();
+    throw invalid_argument(headroom::detail::concat(what, " = ", repr_of(h), " is not valid UTF-8 text"));
+  }
+  return {utf8, static_cast<std::size_t>(size)};
+}
+
+/// A Python int (or anything with __index__, e.g. numpy integers) as a long long; bools (numpy's
+/// too) and floats are refused with TypeError naming `what`. The messages are built only on
+/// failure: this runs once per converted value.
 [[nodiscard]] inline long long as_index(nb::handle h, std::string_view what) {
-  if (PyBool_Check(h.ptr()) || !PyIndex_Check(h.ptr()))
+  nb::object keep = nb::borrow(h);  // __index__ may drop the caller's last reference to h
+  if (PyLong_CheckExact(h.ptr())) {
+    int overflow = 0;
+    long long const v = PyLong_AsLongLongAndOverflow(h.ptr(), &overflow);
+    if (overflow == 0) return v;
+  }
+  if (PyBool_Check(h.ptr()) || !PyIndex_Check(h.ptr()))  // numpy.bool has no __index__: refused too
     throw nb::type_error(headroom::detail::concat(what, " = ", repr_of(h), " (", nb::type_name(h.type()).c_str(),
                                                   "); expected an integer")
                              .c_str());
@@ -58,7 +108,11 @@ using int_list_arg = nb::typed<nb::handle, std::vector<std::int64_t>>;
   if (!i.is_valid()) throw nb::python_error();
   int overflow = 0;
   long long const v = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
-  expects(overflow == 0, what, " = ", repr_of(h), " does not fit in a signed 64-bit integer");
+  if (overflow != 0 || (v == -1 && PyErr_Occurred())) {
+    PyErr_Clear();
+    throw invalid_argument(
+        headroom::detail::concat(what, " = ", repr_of(h), " does not fit in a signed 64-bit integer"));
+  }
   return v;
 }
 
@@ -95,7 +149,7 @@ using int_list_arg = nb::typed<nb::handle, std::vector<std::int64_t>>;
                                            std::initializer_list<std::string_view> names) {
   std::string known;
   if (nb::isinstance<nb::str>(h)) {
-    std::string_view const s = nb::cast<std::string_view>(h);
+    std::string const s = as_utf8(h, what);
     std::size_t i = 0;
     for (auto n : names) {
       if (n == s) return i;
@@ -115,10 +169,9 @@ using int_list_arg = nb::typed<nb::handle, std::vector<std::int64_t>>;
 [[nodiscard]] inline dtype as_dtype(nb::handle h, std::string_view what = "dtype") {
   std::string name;
   if (nb::isinstance<nb::str>(h)) {
-    name = nb::cast<std::string>(h);
+    name = as_utf8(h, what);
   } else {
-    nb::str s = nb::str(h);
-    name = s.c_str();
+    name = as_utf8(nb::str(h), what);
     if (name.rfind("torch.", 0) == 0) name.erase(0, 6);
   }
   struct alias {
@@ -173,9 +226,12 @@ using int64_matrix = nb::ndarray<nb::numpy, std::int64_t, nb::ndim<2>>;
   using i32 = nb::ndarray<std::int32_t const, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
   if (i64 a; nb::try_cast(h, a, false)) return {a.data(), a.data() + a.shape(0)};
   if (i32 a; nb::try_cast(h, a, false)) return {a.data(), a.data() + a.shape(0)};
-  if (nb::hasattr(h, "ndim") && nb::cast<long>(h.attr("ndim")) != 1)
-    throw invalid_argument(headroom::detail::concat(what, " has ", nb::cast<long>(h.attr("ndim")),
-                                                    " dimensions; expected a 1-d array of integers"));
+  if (nb::hasattr(h, "ndim")) {
+    long long const ndim = as_index(h.attr("ndim"), headroom::detail::concat(what, ".ndim"));
+    if (ndim != 1)
+      throw invalid_argument(
+          headroom::detail::concat(what, " has ", ndim, " dimensions; expected a 1-d array of integers"));
+  }
   if (PyUnicode_Check(h.ptr()) || PyBytes_Check(h.ptr()) || !PySequence_Check(h.ptr()))
     throw nb::type_error(
         headroom::detail::concat(what, " = ", repr_of(h), "; expected a 1-d sequence of integers").c_str());

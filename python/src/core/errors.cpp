@@ -17,6 +17,29 @@ nb::object add_error(nb::module_& m, char const* name, nb::handle base, nb::hand
   nb::setattr(type, "__doc__", nb::str(doc));
   return type;
 }
+
+/// Registered after the headroom classes, so it runs first (newest first) and passes on what
+/// it does not handle.
+void translate_std(std::exception_ptr const& p, void* capacity_type) {
+  try {
+    std::rethrow_exception(p);
+  } catch (std::bad_alloc const& e) {
+    PyErr_SetString(PyExc_MemoryError,
+                    (std::string("headroom: out of memory (") + e.what() +
+                     "); the request needs more host memory than the process could get")
+                        .c_str());
+  } catch (std::bad_cast const& e) {
+    PyErr_SetString(PyExc_TypeError,
+                    (std::string("headroom: an argument or element has a type the call cannot convert (") +
+                     e.what() + "); see the function's signature for what it takes")
+                        .c_str());
+  } catch (std::length_error const& e) {
+    PyErr_SetString(static_cast<PyObject*>(capacity_type),
+                    (std::string("headroom: a size exceeds what a container can hold (") + e.what() +
+                     "); expected a smaller count")
+                        .c_str());
+  }
+}
 }  // namespace
 
 void bind_errors(nb::module_& m) {
@@ -24,8 +47,8 @@ void bind_errors(nb::module_& m) {
                                                "Base of every error headroom raises.");
   add_error<invalid_argument>(m, "invalid_argument", base, PyExc_ValueError,
                               "A value outside what the function accepts (sizes, ranks, layouts).");
-  add_error<capacity_error>(m, "capacity_error", base, PyExc_ValueError,
-                            "A pool, plan or size cannot hold the request (exhaustion, overflow).");
+  nb::object capacity = add_error<capacity_error>(m, "capacity_error", base, PyExc_ValueError,
+                                                  "A pool, plan or size cannot hold the request (exhaustion, overflow).");
   add_error<logic_error>(m, "logic_error", base, PyExc_RuntimeError,
                          "An object used in a state that forbids the call.");
   add_error<collective_mismatch>(m, "collective_mismatch", base, PyExc_RuntimeError,
@@ -35,6 +58,8 @@ void bind_errors(nb::module_& m) {
   add_error<cuda_error>(m, "cuda_error", base, PyExc_RuntimeError, "A CUDA runtime call failed.");
   add_error<nccl_error>(m, "nccl_error", base, PyExc_RuntimeError, "An NCCL call failed.");
   add_error<mpi_error>(m, "mpi_error", base, PyExc_RuntimeError, "An MPI call failed.");
+  // The module keeps the class alive for as long as the process can raise it.
+  nb::register_exception_translator(translate_std, capacity.ptr());
 }
 
 }  // namespace headroom::python

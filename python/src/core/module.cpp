@@ -2,6 +2,8 @@
 // function here is a headroom C++ one; the Pythonic surface is in python/headroom/*.py.
 #include <nanobind/nanobind.h>
 
+#include <cstdint>
+
 #include "bindings.hpp"
 #include "headroom/version.hpp"
 
@@ -20,4 +22,15 @@ NB_MODULE(_core, m) {
   headroom::python::bind_cp(m);
   headroom::python::bind_stats(m);
   headroom::python::bind_trace(m);
+#ifdef HEADROOM_PYTHON_SANITIZER_SELF_TEST
+  // Only in .ci/run's ASan build (-DHEADROOM_PYTHON_SANITIZER_SELF_TEST): a read of freed heap
+  // memory that the sanitizer must report (python/tests/test_sanitizer_build.py), so the check
+  // over the pytest suite is shown able to fail.
+  m.def("_planted_use_after_free", [] {
+    auto* p = new std::int64_t[4]{1, 2, 3, 4};
+    std::int64_t volatile* q = p;
+    delete[] p;
+    return static_cast<std::int64_t>(q[1]);
+  });
+#endif
 }

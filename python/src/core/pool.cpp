@@ -450,7 +450,13 @@ void bind_unit_pool(nb::module_& sub) {
           [](host_pool const& h, host_lease const& l, int_arg b) -> std::optional<std::uint64_t> {
             std::size_t const bucket = as_size(b, "bucket");
             if (l.slot(bucket) == std::numeric_limits<std::size_t>::max()) return std::nullopt;
-            return static_cast<std::uint64_t>(l.bytes(bucket).data() - h.pool.arena());
+            // A lease of another pool points into that pool's arena: refused, not a meaningless offset.
+            auto const at = reinterpret_cast<std::uintptr_t>(l.bytes(bucket).data());
+            auto const base = reinterpret_cast<std::uintptr_t>(h.pool.arena());
+            expects(at >= base && at - base < h.pool.get_plan().arena_bytes, "HostUnitPool.offset: the lease of ",
+                    l.kind() == target_kind::unit ? "unit " : "non-unit bucket ", l.index(),
+                    " is not this pool's (its buffer is outside this arena); expected a lease from this pool");
+            return static_cast<std::uint64_t>(at - base);
           },
           nb::arg("lease"), nb::arg("bucket"), "Arena offset of bucket `b` of a lease (None: outside the arena).")
       .def(

@@ -57,7 +57,7 @@ struct py_recorder {
     if (h.is_none()) return {};
     if (!nb::isinstance<nb::str>(h))
       throw nb::type_error(headroom::detail::concat("category = ", repr_of(h), "; expected a str or None").c_str());
-    return category{strings->intern(nb::cast<std::string>(h))};
+    return category{strings->intern(as_utf8(h, "category"))};
   }
   frame frame_of(nb::handle h) {
     if (h.is_none()) return {};
@@ -68,8 +68,8 @@ struct py_recorder {
     nb::tuple t = nb::borrow<nb::tuple>(h);
     auto const line = as_u64(t[2], "frame line");
     expects(line > 0 && line <= UINT32_MAX, "frame line = ", line, "; expected 1 .. 2^32 - 1");
-    return frame{strings->intern(nb::cast<std::string>(nb::str(t[0]))),
-                 strings->intern(nb::cast<std::string>(nb::str(t[1]))), static_cast<std::uint32_t>(line)};
+    return frame{strings->intern(as_utf8(t[0], "frame filename")), strings->intern(as_utf8(t[1], "frame function")),
+                 static_cast<std::uint32_t>(line)};
   }
   void record(action a, int_arg addr, int_arg size, int_arg stream, nb::typed<nb::handle, std::string> cat,
               nb::handle where) {
@@ -107,7 +107,8 @@ std::vector<std::pair<std::string, std::string>> labels_of(nb::handle h) {
   if (h.is_none()) return out;
   if (!nb::isinstance<nb::dict>(h))
     throw nb::type_error(headroom::detail::concat("labels = ", repr_of(h), "; expected a dict of str").c_str());
-  for (auto [k, v] : nb::cast<nb::dict>(h)) out.emplace_back(nb::str(k).c_str(), nb::str(v).c_str());
+  for (auto [k, v] : nb::cast<nb::dict>(h))
+    out.emplace_back(as_utf8(nb::str(k), "labels key"), as_utf8(nb::str(v), "labels value"));
   return out;
 }
 

@@ -32,11 +32,10 @@ plan plan::from_raw(std::span<std::int64_t const> raw_cu, int cp_size, int cp_ra
   });
 }
 
+// Not the device boundaries: they are a tensor the caller keeps alive for this plan, and the
+// new plan may outlive it (a launch would read freed device memory). set_device_cu again.
 plan plan::for_rank(int rank) const {
-  plan out = std::visit([&](auto const& p) { return plan(any_partition(p.for_rank(rank)), padding_); }, partition_);
-  out.device_cu_ = device_cu_;
-  out.device_raw_cu_ = device_raw_cu_;
-  return out;
+  return std::visit([&](auto const& p) { return plan(any_partition(p.for_rank(rank)), padding_); }, partition_);
 }
 
 int plan::cp_size() const {

@@ -46,6 +46,7 @@ class plan {
   static plan from_raw(std::span<std::int64_t const> raw_cu, int cp_size, int cp_rank, std::string_view layout, int tp,
                        std::int64_t extra, std::int64_t total_multiple);
 
+  /// The same batch for another rank, without device boundaries (call set_device_cu on it).
   [[nodiscard]] plan for_rank(int rank) const;
 
   [[nodiscard]] int cp_size() const;
