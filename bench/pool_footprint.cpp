@@ -3,7 +3,8 @@
 // leaves to a fallback (dynamic: no NCCL registration, no CUDA graphs; or persistent: full
 // memory cost), and the interval planner against the lower bound. Pure planning: runs on any CPU.
 //
-//   bench_pool_footprint            table, then one JSON line
+//   bench_pool_footprint            table, then one JSON line; then the lifetime plans of modelled
+//                                   Megatron-FSDP traces (table, one JSON line)
 //
 // Columns (one rank, TP = 1, parameter pool only; N = 2 buffers / resident units unless said):
 //   fixed arena / fixed left out   Megatron FixedPool: slots for the commonest unit shape only;
@@ -17,6 +18,10 @@
 //   plan ms                        host time of make_interval_plan (N = 2 and 3 together)
 // Targets (docs/pool.md): N = 2 interval == bound on every row; N = 3 within 1.10x of the bound and
 // never above MaxPool; a 120-unit model planned in < 10 ms.
+// Lifetime plans (plan_lifetimes on pool/fsdp_trace.hpp's modelled steps: train, eval, train with
+// 2 micro-batches and recompute; params bf16, grads fp32 one and two units deep): the plan, the
+// bound (max load), Megatron's MaxPool replayed (max) and by_bytes, plan/bound and plan/max.
+// Targets: plan <= max on every row; plan <= 1.05 x bound where at most two units are alive.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -24,7 +29,9 @@
 #include <string>
 #include <vector>
 
+#include "headroom/pool/fsdp_trace.hpp"
 #include "headroom/pool/interval.hpp"
+#include "headroom/pool/lifetime_plan.hpp"
 #include "headroom/pool/models.hpp"
 #include "headroom/pool/plan.hpp"
 
@@ -69,6 +76,52 @@ row measure(hp::workload const& w) {
 }
 
 double ratio(std::uint64_t a, std::uint64_t b) { return static_cast<double>(a) / static_cast<double>(b); }
+
+// plan_lifetimes on modelled Megatron-FSDP traces of every case; returns whether the targets hold.
+bool lifetime_plans() {
+  std::printf("\n%-54s %8s %9s %9s %9s %9s %10s %9s %8s\n", "modelled trace", "winner", "plan GiB", "bound GiB",
+              "max GiB", "by_bytes", "plan/bound", "plan/max", "plan ms");
+  bool not_above_max = true, two_alive_within = true;
+  double worst2 = 0, worst3 = 0;
+  std::string json;
+  for (auto const& c : hp::models::all_cases())
+    for (int kind = 0; kind < 3; ++kind) {  // params; grads one deep; grads two deep
+      hp::models::build_options o;
+      o.expert_parallel = c.expert_parallel;
+      auto const what = kind == 0 ? hp::models::fsdp_buffer::params : hp::models::fsdp_buffer::grads;
+      if (kind > 0) o.grad_dtype = headroom::dtype::f32;
+      std::size_t const depth = kind == 2 ? 2 : 1;
+      auto const w = hp::models::make_workload(c.config, o);
+      auto t = hp::models::declare_fsdp_buckets(w);
+      hp::models::record_fsdp_step(t, w, what, {.grad_depth = depth});
+      hp::models::record_fsdp_step(t, w, what, {.train = false});
+      hp::models::record_fsdp_step(t, w, what, {.micro_batches = 2, .recompute = true, .grad_depth = depth});
+      auto const t0 = std::chrono::steady_clock::now();
+      auto const p = hp::plan_lifetimes(t);
+      double const ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      std::uint64_t const mx = *p.candidate_bytes("max"), bb = *p.candidate_bytes("by_bytes");
+      std::string const name = w.name + (kind == 2 ? " (2 deep)" : "");
+      std::printf("%-54s %8s %9.3f %9.3f %9.3f %9.3f %10.3f %9.3f %8.2f\n", name.c_str(), p.winner.c_str(),
+                  gib(p.arena_bytes), gib(p.bound), gib(mx), gib(bb), p.ratio_to_bound(), ratio(p.arena_bytes, mx), ms);
+      not_above_max = not_above_max && p.arena_bytes <= mx;
+      if (kind < 2) {
+        two_alive_within = two_alive_within && p.ratio_to_bound() <= 1.05;
+        worst2 = std::max(worst2, p.ratio_to_bound());
+      } else {
+        worst3 = std::max(worst3, p.ratio_to_bound());
+      }
+      json += headroom::detail::concat(json.empty() ? "" : ",", "{\"trace\":\"", name, "\",\"winner\":\"", p.winner,
+                                       "\",\"arena_bytes\":", p.arena_bytes, ",\"bound\":", p.bound,
+                                       ",\"max\":", mx, ",\"by_bytes\":", bb, ",\"plan_ms\":", ms, "}");
+    }
+  std::printf("targets: plan <= max on every row: %s; plan <= 1.05 x bound with two units alive: %s (worst %.3f); "
+              "gradients two deep: worst %.3f x bound\n",
+              not_above_max ? "met" : "NOT met", two_alive_within ? "met" : "NOT met", worst2, worst3);
+  std::printf("{\"bench\":\"pool_footprint_lifetimes\",\"rows\":[%s],\"target_not_above_max\":%s,"
+              "\"target_two_alive_within_1_05\":%s,\"worst_two_alive\":%.4f,\"worst_three_alive\":%.4f}\n",
+              json.c_str(), not_above_max ? "true" : "false", two_alive_within ? "true" : "false", worst2, worst3);
+  return not_above_max && two_alive_within;
+}
 }  // namespace
 
 int main() {
@@ -154,5 +207,6 @@ int main() {
               "\"target_plan_under_10ms\":%s}\n",
               n2_at_bound ? "true" : "false", n3_within ? "true" : "false", worst3, n3_not_above_max ? "true" : "false",
               plan120_ms[0], plan120_ms[1], plan120 < 10.0 ? "true" : "false");
+  lifetime_plans();
   return 0;
 }

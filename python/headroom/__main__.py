@@ -3,6 +3,7 @@
     python -m headroom --list
     python -m headroom --model Nemotron-H-8B --planner max --buffers 2
     python -m headroom --model Nemotron-3-Nano-30B-A3B --ep 8 --fp8 --planner interval --json
+    python -m headroom --trace tests/pool/traces/*.trace        # plan recorded lease traces
 """
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ def main(argv=None) -> int:
     ap.add_argument("--version", action="version", version=f"headroom {__version__}")
     ap.add_argument("--list", action="store_true", help="list the model presets and exit")
     ap.add_argument("--model", default="Nemotron-H-8B", help="model preset (see --list); default %(default)s")
-    ap.add_argument("--planner", choices=("fixed", "max", "interval"), default="max", help="default %(default)s")
+    ap.add_argument("--planner", choices=("fixed", "max", "by_bytes", "interval"), default=None,
+                    help="default: max for presets, interval for --trace (by_bytes: --trace only)")
     ap.add_argument("--buffers", type=int, default=2, help="buffer groups of fixed / max plans; default %(default)s")
     ap.add_argument("--category", choices=("by_dtype", "by_bytes"), default="by_dtype",
                     help="slot typing of fixed / max plans; default %(default)s")
@@ -31,7 +33,15 @@ def main(argv=None) -> int:
     ap.add_argument("--grads", metavar="DTYPE", help="plan the gradient pool in this dtype (e.g. float32)")
     ap.add_argument("--units", action="store_true", help="also print every unit's buckets and slots")
     ap.add_argument("--json", action="store_true", help="print the plan as JSON (every offset) instead")
+    ap.add_argument("--trace", nargs="+", metavar="FILE",
+                    help="plan lease trace files (docs/pool.md, 'The lease trace format') with plan_lifetimes")
     args = ap.parse_args(argv)
+    if args.trace:
+        return _plan_traces(args)
+    args.planner = args.planner or "max"
+    if args.planner == "by_bytes":
+        print("python -m headroom: --planner by_bytes plans traces only; use --category by_bytes", file=sys.stderr)
+        return 2
 
     if args.list:
         for name in pool.models.names():
@@ -56,6 +66,28 @@ def main(argv=None) -> int:
         print(f"  lower bound {pool.lower_bound(w, p.orders, args.resident, args.alignment)} B")
     if args.units:
         print(p.describe_units(), end="")
+    return 0
+
+
+def _plan_traces(args) -> int:
+    planner = args.planner or "interval"
+    out = []
+    for path in args.trace:
+        try:
+            with open(path, encoding="utf-8") as f:
+                p = pool.plan_lifetimes(pool.LeaseTrace.parse(f.read()), alignment=args.alignment, planner=planner)
+        except (error, TypeError, OSError) as e:
+            print(f"python -m headroom: {path}: {e}", file=sys.stderr)
+            return 2
+        out.append({"trace": path, "planner": p.planner, "winner": p.winner, "arena_bytes": p.arena_bytes,
+                    "bound": p.bound, "ratio_to_bound": p.ratio_to_bound, "candidates": p.candidates,
+                    "infeasible": p.infeasible, "fingerprint": p.fingerprint,
+                    **({"offsets": {str(b): o for b, o in p.offsets.items()}} if args.json else {})})
+        if not args.json:
+            print(f"{path}: {p}")
+    if args.json:
+        json.dump(out, sys.stdout, indent=1)
+        print()
     return 0
 
 

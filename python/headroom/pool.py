@@ -2,7 +2,8 @@
 
 Workloads (units of buckets), execution orders, Megatron-FSDP's fixed / max planners and the
 interval planner, plans as data, validation against an order, fingerprints, the model presets
-and a host unit pool (acquire / release / can_acquire without a GPU). Every computation is the
+and a host unit pool (acquire / release / can_acquire without a GPU); lease traces of a real run
+planned on their lifetimes (LeaseTrace, plan_lifetimes, LearningArena). Every computation is the
 C++ one (``headroom._core.pool``); this module turns Python data into its types and back.
 
     >>> from headroom import pool
@@ -22,6 +23,9 @@ from ._core.pool import (
     ExecutionOrder,
     HostUnitPool,
     Lease,
+    LearningArena,
+    LeaseTrace,
+    LifetimePlan,
     Padding,
     Plan,
     ResidencyConflict,
@@ -37,6 +41,7 @@ from ._core.pool import (
     make_interval_plan,
     make_plan,
     max_buffers,
+    plan_lifetimes,
     max_workload_bytes,
     models,
     training_order,
@@ -52,6 +57,7 @@ __all__ = [
     "make_interval_plan", "lower_bound", "find_conflict", "validate", "validate_orders",
     "units_sharing_bytes", "fingerprint", "as_dict", "model_workload", "models",
     "default_alignment", "max_buffers", "max_workload_bytes",
+    "LeaseTrace", "LifetimePlan", "LearningArena", "plan_lifetimes",
 ]
 
 BucketLike = Union[Bucket, Sequence[Any], Mapping[str, Any]]

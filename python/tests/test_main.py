@@ -34,3 +34,24 @@ def test_list_and_errors():
     assert bad.returncode == 2 and "no model 'GPT-5'; known: Nemotron-H-4B" in bad.stderr
     assert run("--buffers", "1").returncode == 2 and "buffers = 1" in run("--buffers", "1").stderr
     assert run("--grads", "int4").returncode == 2
+
+
+def test_plans_lease_trace_files(tmp_path):
+    t = pool.LeaseTrace()
+    for b, n in enumerate((3000, 1000, 3000)):
+        t.declare(b, unit=b, dtype="bfloat16", nbytes=n)
+    for op, b in (("a", 0), ("a", 1), ("r", 0), ("a", 2), ("r", 1), ("r", 2)):
+        t.acquire(b, (3000, 1000, 3000)[b]) if op == "a" else t.release(b)
+    t.end_step()
+    f = tmp_path / "x.trace"
+    f.write_text(t.to_text())
+    out = run("--trace", str(f))
+    assert out.returncode == 0, out.stderr
+    p = pool.plan_lifetimes(t)
+    assert out.stdout == f"{f}: {p}\n"
+    js = json.loads(run("--trace", str(f), "--planner", "max", "--json").stdout)
+    assert js[0]["winner"] == "max" and js[0]["arena_bytes"] == p.candidates["max"]
+    bad = tmp_path / "bad.trace"
+    bad.write_text("headroom-lease-trace 1\nacquire 0 1\n")
+    err = run("--trace", str(bad))
+    assert err.returncode == 2 and "line 2: acquire of bucket 0, which was never declared" in err.stderr

@@ -15,7 +15,8 @@ def test_the_extension_is_the_module_and_stubs_sit_beside_it():
 
 @pytest.mark.parametrize("stub, names", [
     ("__init__.pyi", ["class invalid_argument(error, ValueError)", "from headroom._core import"]),
-    ("pool/__init__.pyi", ["class Plan:", "def make_plan(", "def fingerprint(", "class HostUnitPool:"]),
+    ("pool/__init__.pyi", ["class Plan:", "def make_plan(", "def fingerprint(", "class HostUnitPool:",
+                          "class LeaseTrace:", "class LifetimePlan:", "class LearningArena:", "def plan_lifetimes("]),
     ("pool/models.pyi", ["def make_workload("]),
     ("cp.pyi", ["class Partition:", "def shifted_labels("]),
     ("pipeline/__init__.pyi", ["class Schedule:", "def predict_memory(", "def fingerprint(", "forward_only: bool",

@@ -52,22 +52,17 @@ struct execution_order {
   return evaluation_order(w.units.size(), std::move(name));
 }
 
-/// Throws invalid_argument naming the first problem: no orders, fewer than 2 resident units or
-/// more than the longest order has entries, an empty order, an order naming a unit the workload
+/// Throws invalid_argument naming the first problem: no orders, fewer than 2 resident units, an
+/// empty order, an order naming a unit the workload
 /// does not have, or a unit no order visits (it would get no place in the arena).
 inline void validate_orders(std::size_t unit_count, std::span<execution_order const> orders, std::size_t resident) {
   expects(resident >= 2, "pool: resident units N = ", resident,
           "; expected N >= 2 (the unit computed now and at least one prefetched)");
   expects(!orders.empty(), "pool: no execution order registered; expected at least one (e.g. training_order(w))");
-  std::size_t longest = 0;
-  for (auto const& o : orders) longest = std::max(longest, o.units.size());
-  // Beyond the longest order every window is the whole order: a larger N changes nothing, and
-  // the planner sizes per-N tables (lanes) by it.
-  expects(resident <= std::max<std::size_t>(longest, 2), "pool: resident units N = ", resident,
-          "; expected N <= ", std::max<std::size_t>(longest, 2),
-          ", the entries of the longest registered order (a window that long already holds every unit of it)");
   // The first unit missing from every order is at most the number of entries (they cannot name
   // more distinct units), so a table that long finds it: never unit_count bytes for a huge count.
+  // A resident count N beyond the longest order is not an error: every window is then the whole
+  // order (the planner plans every unit alive together).
   std::size_t entries = 0;
   for (auto const& o : orders) entries += o.units.size();
   std::size_t const tracked = std::min(unit_count, entries + 1);
@@ -113,6 +108,14 @@ void for_each_window(execution_order const& o, std::size_t resident, F&& f) {
     return;
   }
   for (std::size_t i = 0; i + resident <= n; ++i) f(i, i + resident);
+}
+
+/// The N the planners work with: beyond the longest order (at least 2) every window is the whole
+/// order, so a larger N means the same ("every unit alive together") and is planned as that.
+[[nodiscard]] inline std::size_t effective_resident(std::span<execution_order const> orders, std::size_t resident) {
+  std::size_t longest = 2;
+  for (auto const& o : orders) longest = std::max(longest, o.units.size());
+  return std::min(resident, longest);
 }
 
 }  // namespace detail

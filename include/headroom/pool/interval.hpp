@@ -186,11 +186,12 @@ template <padding_policy Padding = no_padding>
   validate_orders(w.units.size(), orders, resident);
   expects(is_power_of_two(alignment), "pool::lower_bound: alignment ", alignment, " is not a power of two");
   auto const bytes = detail::unit_footprints(w, alignment, padding);
-  return detail::window_bound(bytes, orders, resident);
+  return detail::window_bound(bytes, orders, detail::effective_resident(orders, resident));
 }
 
 /// Plans a fixed byte range for every unit such that units that can be resident together in
-/// any of `orders` never overlap. Deterministic. Throws invalid_argument for an invalid
+/// any of `orders` never overlap. Deterministic. N beyond the longest order means every unit of
+/// it resident together and is planned so (plan.resident is then the longest order's length). Throws invalid_argument for an invalid
 /// workload, invalid orders (N < 2, empty order, unknown unit, a unit no order visits) or an
 /// alignment that is not a power of two.
 template <padding_policy Padding = no_padding>
@@ -200,16 +201,17 @@ template <padding_policy Padding = no_padding>
   validate_orders(w.units.size(), orders, options.resident);
   expects(is_power_of_two(options.alignment), "pool::make_interval_plan: alignment ", options.alignment,
           " is not a power of two");
+  std::size_t const resident = detail::effective_resident(orders, options.resident);
   plan p;
   detail::fill_common<by_bytes>(p, w, plan_options{2, options.alignment}, padding, interval::name);
   p.buffers = 1;
-  p.resident = options.resident;
+  p.resident = resident;
   p.orders.assign(orders.begin(), orders.end());
 
   auto const bytes = detail::unit_footprints(w, options.alignment, padding);
-  auto const adj = detail::residency_graph(w.units.size(), orders, options.resident);
-  auto const bound = detail::window_bound(bytes, orders, options.resident);
-  auto const placed = detail::best_placement(bytes, adj, orders, options.resident, bound, options.alignment);
+  auto const adj = detail::residency_graph(w.units.size(), orders, resident);
+  auto const bound = detail::window_bound(bytes, orders, resident);
+  auto const placed = detail::best_placement(bytes, adj, orders, resident, bound, options.alignment);
 
   for (std::size_t u = 0; u < w.units.size(); ++u) {
     p.pooled[u] = 1;

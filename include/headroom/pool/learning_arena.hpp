@@ -17,6 +17,8 @@
 // Afterwards acquire returns the planned offset, or no offset when the request is not in the plan,
 // counted by reason: unknown_bucket (the trace never acquired it), larger_than_planned, or
 // overlaps_live (its planned bytes meet a lease held now: the order differs from the trace's).
+// A max / by_bytes plan first tries the bucket's slot in the other buffer groups, as Megatron's
+// MaxPool does when a pinned slot is busy (lifetime_plan::alternatives).
 // A step with a fallback is appended to the trace at its end_step(), so replan() at a later step
 // boundary plans every recorded step and no request seen so far falls back again; steps without
 // a fallback are not kept. Buckets outside every unit are never planned (counted as unpooled).
@@ -103,6 +105,7 @@ class learning_arena {
     step_.push_back({lease_event_kind::acquire, bucket, bytes});
     ++stats_.acquires;
     std::optional<std::uint64_t> offset;
+    std::pair<std::uint64_t, std::uint64_t> range{0, 0};  // in the arena; fallbacks take none
     auto const planned = plan_->offsets.find(bucket);
     if (b->unit == no_trace_unit) {
       ++stats_.unpooled;
@@ -111,20 +114,31 @@ class learning_arena {
     } else if (bytes > plan_->bytes.at(bucket)) {
       fall_back(fallback_reason::larger_than_planned);
     } else {
+      // Its planned range, then (max / by_bytes) its slot in the other buffer groups.
+      auto const meets = [&](std::uint64_t begin, std::uint64_t end) {
+        for (auto const& [other, r] : live_)
+          if (r.first < end && begin < r.second) return true;
+        return false;
+      };
       std::uint64_t const begin = planned->second;
       std::uint64_t const end = begin + align_up(plan_->bytes.at(bucket), options_.alignment);
-      bool meets = false;
-      for (auto const& [other, range] : live_)
-        if (range.first < end && begin < range.second) meets = true;
-      if (meets) {
-        fall_back(fallback_reason::overlaps_live);
-      } else {
-        offset = begin;
+      if (!meets(begin, end)) {
+        range = {begin, end};
+      } else if (auto const alt = plan_->alternatives.find(bucket); alt != plan_->alternatives.end()) {
+        for (auto const& [o, n] : alt->second)
+          if (n >= bytes && !meets(o, o + n)) {
+            range = {o, o + n};
+            break;
+          }
+      }
+      if (range.second > 0) {
+        offset = range.first;
         ++stats_.served;
+      } else {
+        fall_back(fallback_reason::overlaps_live);
       }
     }
-    live_.emplace(bucket, offset ? std::pair{*offset, align_up(plan_->bytes.at(bucket), options_.alignment)}
-                                 : std::pair<std::uint64_t, std::uint64_t>{0, 0});
+    live_.emplace(bucket, range);
     return offset;
   }
 
@@ -137,9 +151,10 @@ class learning_arena {
     }
     expects(trace_.find(bucket) != nullptr, "pool::learning_arena: release of bucket ", bucket,
             ", which was never declared");
-    expects<logic_error>(live_.erase(bucket) == 1, "pool::learning_arena: release of bucket ", bucket,
+    expects<logic_error>(live_.contains(bucket), "pool::learning_arena: release of bucket ", bucket,
                          ", which is not held");
     check_cap();
+    live_.erase(bucket);
     step_.push_back({lease_event_kind::release, bucket, 0});
   }
 

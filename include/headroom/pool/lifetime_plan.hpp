@@ -62,6 +62,9 @@ struct lifetime_plan {
   std::size_t alignment = default_alignment;
   std::map<std::uint64_t, std::uint64_t> offsets;  ///< bucket -> bytes from the arena base
   std::map<std::uint64_t, std::uint64_t> bytes;    ///< bucket -> planned bytes (its largest request)
+  /// max / by_bytes winners: the bucket's slot in the other buffer groups (offset, slot bytes), in
+  /// group order, for when its own is busy (Megatron's MaxPool serves it there); empty otherwise.
+  std::map<std::uint64_t, std::vector<std::pair<std::uint64_t, std::uint64_t>>> alternatives;
   std::uint64_t arena_bytes = 0;
   std::uint64_t bound = 0;
   std::vector<plan_candidate> candidates;
@@ -89,6 +92,13 @@ struct lifetime_plan {
       h.add(b);
       h.add(o);
       h.add(bytes.at(b));
+      auto const alt = alternatives.find(b);
+      h.add(alt == alternatives.end() ? 0 : alt->second.size());
+      if (alt != alternatives.end())
+        for (auto const& [offset, n] : alt->second) {
+          h.add(offset);
+          h.add(n);
+        }
     }
     h.add(arena_bytes);
     return h.value();
@@ -162,6 +172,7 @@ inline trace_lifetimes lifetimes_of(lease_trace const& t) {
   for (std::size_t i = 0; i < lt.ids.size(); ++i) p.bytes[lt.ids[i]] = lt.items[i].bytes;
 
   std::vector<std::pair<plan_candidate, std::vector<std::uint64_t>>> all;
+  std::map<std::string, decltype(p.alternatives)> alternatives;
   auto const feasible = [&](std::vector<std::uint64_t> const& offsets) {
     return !find_overlap(lt.items, offsets, options.alignment).has_value();
   };
@@ -172,6 +183,7 @@ inline trace_lifetimes lifetimes_of(lease_trace const& t) {
     std::vector<std::uint64_t> offsets;
     for (auto b : lt.ids) offsets.push_back(r.offset.at(b));
     bool const ok = feasible(offsets);
+    for (auto b : lt.ids) alternatives[std::string(name)][b] = r.alternatives.at(b);
     all.push_back({{std::string(name), r.arena, ok}, std::move(offsets)});
   }
   if (options.planner == "interval") {
@@ -190,6 +202,7 @@ inline trace_lifetimes lifetimes_of(lease_trace const& t) {
   p.winner = all[best].first.name;
   p.arena_bytes = all[best].first.arena_bytes;
   for (std::size_t i = 0; i < lt.ids.size(); ++i) p.offsets[lt.ids[i]] = all[best].second[i];
+  if (p.winner != "packing") p.alternatives = std::move(alternatives[p.winner]);
   for (auto& c : all) p.candidates.push_back(std::move(c.first));
   return p;
 }

@@ -9,6 +9,7 @@ namespace nb = nanobind;
 
 void bind_errors(nb::module_& m);
 void bind_pool(nb::module_& m);
+void bind_pool_lifetimes(nb::module_& sub);  // pool_lifetimes.cpp, into headroom._core.pool
 void bind_pipeline(nb::module_& m);
 void bind_cp(nb::module_& m);
 void bind_stats(nb::module_& m);

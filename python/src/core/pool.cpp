@@ -520,6 +520,7 @@ void bind_pool(nb::module_& m) {
   bind_plans(sub);
   bind_unit_pool(sub);
   bind_models(sub);
+  bind_pool_lifetimes(sub);
 }
 
 }  // namespace headroom::python

@@ -29,6 +29,9 @@ namespace headroom::pool::detail {
 
 struct replay_result {
   std::map<std::uint64_t, std::uint64_t> offset;  // bucket -> its pinned slot's arena offset
+  // bucket -> its slot in the other groups (offset, bytes), in group order: where Megatron serves
+  // it when its pinned slot is busy.
+  std::map<std::uint64_t, std::vector<std::pair<std::uint64_t, std::uint64_t>>> alternatives;
   std::uint64_t arena = 0;
   std::size_t groups = 0;                          // buffer groups used
   std::size_t moved = 0;                           // acquires served away from the pinned group
@@ -110,7 +113,7 @@ inline replay_result replay_maxpool(lease_trace const& t, bool by_bytes, std::si
   }
   // Layout, group-major.
   r.groups = group_slots.size();
-  std::map<std::tuple<std::size_t, std::size_t, std::size_t>, std::uint64_t> where;
+  std::map<std::tuple<std::size_t, std::size_t, std::size_t>, std::pair<std::uint64_t, std::uint64_t>> where;
   std::uint64_t cursor = 0;
   for (std::size_t g = 0; g < group_slots.size(); ++g)
     for (std::size_t k = 0; k < slots_of_key.size(); ++k)
@@ -118,11 +121,17 @@ inline replay_result replay_maxpool(lease_trace const& t, bool by_bytes, std::si
         auto const s = group_slots[g].find({k, i});
         std::uint64_t const bytes = s == group_slots[g].end() ? 0 : s->second.bytes;
         cursor = align_up(cursor, alignment);
-        where[{g, k, i}] = cursor;
+        where[{g, k, i}] = {cursor, bytes};
         cursor += bytes;
       }
   r.arena = align_up(cursor, alignment);
-  for (auto const& [b, g] : pinned) r.offset[b] = where.at({g, pos.at(b).key, pos.at(b).ordinal});
+  for (auto const& [b, g] : pinned) {
+    auto const [k, i] = pos.at(b);
+    r.offset[b] = where.at({g, k, i}).first;
+    auto& alt = r.alternatives[b];
+    for (std::size_t other = 0; other < group_slots.size(); ++other)
+      if (other != g && where.at({other, k, i}).second > 0) alt.push_back(where.at({other, k, i}));
+  }
   return r;
 }
 

@@ -1,0 +1,184 @@
+// headroom::pool's lifetime planning from Python: lease traces (recorded, written and read as the
+// versioned text format), plan_lifetimes and learning_arena. python/headroom/pool.py re-exports
+// them as LeaseTrace, LifetimePlan, plan_lifetimes and LearningArena.
+#include <nanobind/nanobind.h>
+#include <nanobind/operators.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "bindings.hpp"
+#include "convert.hpp"
+#include "headroom/pool/learning_arena.hpp"
+#include "headroom/pool/lease_trace.hpp"
+#include "headroom/pool/lifetime_plan.hpp"
+
+namespace headroom::python {
+
+namespace {
+
+using namespace headroom::pool;
+
+trace_bucket bucket_of(nb::handle id, nb::handle unit, nb::handle group, nb::handle dtype, nb::handle nbytes) {
+  if (!nb::isinstance<nb::str>(dtype))
+    throw nb::type_error(headroom::detail::concat("dtype = ", repr_of(dtype), "; expected a str such as 'bfloat16'")
+                             .c_str());
+  return {as_u64(id, "bucket"), unit.is_none() ? no_trace_unit : as_u64(unit, "unit"), as_u64(group, "group"),
+          nb::cast<std::string>(dtype), as_u64(nbytes, "nbytes")};
+}
+
+nb::dict candidates_of(lifetime_plan const& p) {
+  nb::dict d;
+  for (auto const& c : p.candidates) d[c.name.c_str()] = c.arena_bytes;
+  return d;
+}
+
+nb::dict stats_of(learning_arena_stats const& s) {
+  nb::dict d, f;
+  for (std::size_t r = 0; r < fallback_reason_names.size(); ++r)
+    f[std::string(fallback_reason_names[r]).c_str()] = s.fallbacks[r];
+  d["planner"] = s.planner;
+  d["learning"] = s.learning;
+  d["winner"] = s.winner;
+  d["arena_bytes"] = s.arena_bytes;
+  d["bound"] = s.bound;
+  d["megatron_max_bytes"] = s.megatron_max_bytes;
+  d["steps"] = s.steps;
+  d["recorded_steps"] = s.recorded_steps;
+  d["events"] = s.events;
+  d["max_events"] = s.max_events;
+  d["acquires"] = s.acquires;
+  d["served"] = s.served;
+  d["fallbacks"] = f;
+  d["unpooled"] = s.unpooled;
+  d["replans"] = s.replans;
+  return d;
+}
+
+}  // namespace
+
+void bind_pool_lifetimes(nb::module_& sub) {
+  nb::class_<lease_trace>(sub, "LeaseTrace",
+                          "A recorded step (or several) of one allocator: declared buckets, then acquire / release "
+                          "events and step boundaries; written and read as the versioned text format (docs/pool.md).")
+      .def(nb::init<>())
+      .def(
+          "declare",
+          [](lease_trace& t, int_arg bucket, nb::handle unit, int_arg group, nb::handle dtype, int_arg nbytes) {
+            t.declare(bucket_of(bucket, unit, group, dtype, nbytes));
+          },
+          nb::arg("bucket"), nb::kw_only(), nb::arg("unit").none(), nb::arg("group") = 0, nb::arg("dtype"),
+          nb::arg("nbytes"),
+          "Declares a bucket: its unit (None: outside every unit, never planned), group, dtype name and the bytes "
+          "Megatron plans it by.")
+      .def(
+          "acquire", [](lease_trace& t, int_arg b, int_arg n) { t.acquire(as_u64(b, "bucket"), as_u64(n, "nbytes")); },
+          nb::arg("bucket"), nb::arg("nbytes"))
+      .def(
+          "release", [](lease_trace& t, int_arg b) { t.release(as_u64(b, "bucket")); }, nb::arg("bucket"))
+      .def("end_step", &lease_trace::end_step, "A step boundary (nothing may be held).")
+      .def("to_text", &lease_trace::to_text)
+      .def_static(
+          "parse", [](std::string const& text) { return parse_lease_trace(text); }, nb::arg("text"),
+          "Reads the text format; errors name the line and the value.")
+      .def_prop_ro("steps", &lease_trace::steps)
+      .def_prop_ro("events", [](lease_trace const& t) { return t.events().size(); })
+      .def_prop_ro("buckets", [](lease_trace const& t) { return t.buckets().size(); })
+      .def(nb::self == nb::self)
+      .def("__repr__", [](lease_trace const& t) {
+        return headroom::detail::concat("LeaseTrace(", t.buckets().size(), " buckets, ", t.events().size(),
+                                        " events, ", t.steps(), " steps)");
+      });
+
+  nb::class_<lifetime_plan>(sub, "LifetimePlan",
+                            "A fixed arena offset per bucket: the best of a lifetime packing and Megatron's MaxPool "
+                            "and by_bytes replayed on a lease trace (plan_lifetimes).")
+      .def_ro("planner", &lifetime_plan::planner)
+      .def_ro("winner", &lifetime_plan::winner)
+      .def_ro("alignment", &lifetime_plan::alignment)
+      .def_ro("arena_bytes", &lifetime_plan::arena_bytes)
+      .def_ro("bound", &lifetime_plan::bound)
+      .def_ro("steps", &lifetime_plan::steps)
+      .def_prop_ro("offsets",
+                   [](lifetime_plan const& p) {
+                     nb::dict d;
+                     for (auto const& [b, o] : p.offsets) d[nb::int_(b)] = o;
+                     return d;
+                   })
+      .def_prop_ro("bucket_bytes",
+                   [](lifetime_plan const& p) {
+                     nb::dict d;
+                     for (auto const& [b, n] : p.bytes) d[nb::int_(b)] = n;
+                     return d;
+                   })
+      .def_prop_ro("alternatives",
+                   [](lifetime_plan const& p) {
+                     nb::dict d;
+                     for (auto const& [b, alt] : p.alternatives) {
+                       nb::list l;
+                       for (auto const& [o, n] : alt) l.append(nb::make_tuple(o, n));
+                       d[nb::int_(b)] = l;
+                     }
+                     return d;
+                   })
+      .def_prop_ro("candidates", &candidates_of)
+      .def_prop_ro("infeasible",
+                   [](lifetime_plan const& p) {
+                     nb::list l;
+                     for (auto const& c : p.candidates)
+                       if (!c.feasible) l.append(c.name);
+                     return l;
+                   })
+      .def_prop_ro("ratio_to_bound", &lifetime_plan::ratio_to_bound)
+      .def_prop_ro("fingerprint", &lifetime_plan::fingerprint)
+      .def(nb::self == nb::self)
+      .def("__str__", &lifetime_plan::to_string)
+      .def("__repr__", [](lifetime_plan const& p) { return "<LifetimePlan " + p.to_string() + ">"; });
+
+  sub.def(
+      "plan_lifetimes",
+      [](lease_trace const& t, int_arg alignment, std::string const& planner) {
+        return plan_lifetimes(t, {.alignment = as_size(alignment, "alignment"), .planner = planner});
+      },
+      nb::arg("trace"), nb::arg("alignment") = default_alignment, nb::arg("planner") = "interval",
+      "Plans a lease trace: interval = the best candidate; max / by_bytes = that replay alone.");
+
+  nb::class_<learning_arena>(sub, "LearningArena",
+                             "Run-time bookkeeping of an arena planned from the first step (docs/pool.md).")
+      .def(
+          "__init__",
+          [](learning_arena* self, std::string const& planner, int_arg alignment, int_arg max_events) {
+            new (self) learning_arena(
+                {planner, as_size(alignment, "alignment"), as_size(max_events, "max_events")});
+          },
+          nb::arg("planner") = "interval", nb::kw_only(), nb::arg("alignment") = default_alignment,
+          nb::arg("max_events") = learning_arena_options{}.max_events)
+      .def(
+          "declare",
+          [](learning_arena& a, int_arg bucket, nb::handle unit, int_arg group, nb::handle dtype, int_arg nbytes) {
+            a.declare(bucket_of(bucket, unit, group, dtype, nbytes));
+          },
+          nb::arg("bucket"), nb::kw_only(), nb::arg("unit").none(), nb::arg("group") = 0, nb::arg("dtype"),
+          nb::arg("nbytes"))
+      .def(
+          "acquire",
+          [](learning_arena& a, int_arg b, int_arg n) { return a.acquire(as_u64(b, "bucket"), as_u64(n, "nbytes")); },
+          nb::arg("bucket"), nb::arg("nbytes"),
+          "The arena offset to serve the bucket at, or None (serve it from the caching allocator).")
+      .def(
+          "release", [](learning_arena& a, int_arg b) { a.release(as_u64(b, "bucket")); }, nb::arg("bucket"))
+      .def("end_step", &learning_arena::end_step, "A step boundary; True when arena_bytes changed.")
+      .def("replan", &learning_arena::replan, "Plans every recorded step again; True when arena_bytes changed.")
+      .def_prop_ro("learning", &learning_arena::learning)
+      .def_prop_ro("arena_bytes", &learning_arena::arena_bytes)
+      .def_prop_ro("plan", [](learning_arena const& a) { return a.plan(); })
+      .def_prop_ro("trace", [](learning_arena const& a) { return a.trace(); }, "A copy of the recorded trace.")
+      .def("stats", [](learning_arena const& a) { return stats_of(a.stats()); });
+}
+
+}  // namespace headroom::python

@@ -1,0 +1,115 @@
+"""headroom.pool's lifetime planning from Python: LeaseTrace, plan_lifetimes, LearningArena.
+Every computation is the C++ one; these check the bindings, the names of api33 and that errors
+keep the C++ message."""
+import pytest
+
+import headroom
+from headroom import pool
+
+
+def _trace():
+    # Units 0..2 of one bucket each (bucket id = unit); 0 and 1 alive together, then 1 and 2.
+    t = pool.LeaseTrace()
+    for b, n in enumerate((3000, 1000, 3000)):
+        t.declare(b, unit=b, group=0, dtype="bfloat16", nbytes=n)
+    t.declare(9, unit=None, dtype="float32", nbytes=64)  # outside every unit: never planned
+    t.acquire(0, 3000)
+    t.acquire(1, 1000)
+    t.acquire(9, 64)
+    t.release(0)
+    t.acquire(2, 3000)
+    t.release(1)
+    t.release(2)
+    t.release(9)
+    t.end_step()
+    return t
+
+
+def test_trace_text_round_trip():
+    t = _trace()
+    text = t.to_text()
+    assert text.splitlines()[0] == "headroom-lease-trace 1"
+    assert "bucket 9 - 0 float32 64" in text
+    again = pool.LeaseTrace.parse(text)
+    assert again == t and again.to_text() == text
+    assert (t.steps, t.buckets, t.events) == (1, 4, 9)
+
+
+def test_plan_lifetimes_names_and_values():
+    p = pool.plan_lifetimes(_trace(), alignment=256)
+    assert isinstance(p, pool.LifetimePlan)
+    assert set(p.offsets) == {0, 1, 2}  # bucket 9 is outside every unit
+    assert p.bound == 3072 + 1024
+    assert p.arena_bytes == p.bound and p.ratio_to_bound == 1.0
+    assert set(p.candidates) == {"max", "by_bytes", "packing"}
+    assert p.arena_bytes <= p.candidates["max"]
+    assert p.winner in p.candidates and p.infeasible == []
+    assert p.bucket_bytes == {0: 3000, 1: 1000, 2: 3000}
+    # 0 and 2 never meet; 1 meets both
+    for a, b in ((0, 1), (1, 2)):
+        lo, hi = sorted((a, b), key=lambda x: p.offsets[x])
+        assert p.offsets[lo] + p.bucket_bytes[lo] <= p.offsets[hi]
+    assert isinstance(p.fingerprint, int) and p.fingerprint == pool.plan_lifetimes(_trace()).fingerprint
+    mx = pool.plan_lifetimes(_trace(), planner="max")
+    assert mx.winner == "max" and mx.arena_bytes == p.candidates["max"] and mx.fingerprint != p.fingerprint
+    assert "winner=" in str(p)
+
+
+def test_learning_arena_learns_then_serves_and_counts_fallbacks():
+    a = pool.LearningArena("interval", alignment=256, max_events=1000)
+    for b, n in enumerate((3000, 1000, 3000)):
+        a.declare(b, unit=b, dtype="bfloat16", nbytes=n)
+    assert a.plan is None and a.learning
+
+    def step(order_pairs):
+        got = {}
+        for op, b in order_pairs:
+            if op == "a":
+                got[b] = a.acquire(b, (3000, 1000, 3000)[b])
+            else:
+                a.release(b)
+        return got
+
+    seq = [("a", 0), ("a", 1), ("r", 0), ("a", 2), ("r", 1), ("r", 2)]
+    assert step(seq) == {0: None, 1: None, 2: None}
+    assert a.end_step() is True
+    assert a.arena_bytes == a.plan.arena_bytes == 4096
+    got = step(seq)
+    assert all(v is not None for v in got.values())
+    assert a.end_step() is False
+    # 0 and 2 together: not in the plan (they share bytes) -> counted, the step kept, replan fixes it
+    got = step([("a", 0), ("a", 2), ("r", 0), ("r", 2)])
+    assert got[2] is None
+    s = a.stats()
+    assert s["fallbacks"] == {"unknown_bucket": 0, "larger_than_planned": 0, "overlaps_live": 1}
+    assert s["planner"] == "interval" and s["megatron_max_bytes"] >= s["arena_bytes"]
+    a.end_step()
+    assert a.stats()["recorded_steps"] == 2
+    assert a.replan() is True
+    assert all(v is not None for v in step([("a", 0), ("a", 2), ("r", 0), ("r", 2)]).values())
+    assert isinstance(a.trace, pool.LeaseTrace) and a.trace.steps == 2
+
+
+def test_errors_keep_the_cpp_message():
+    with pytest.raises(headroom.invalid_argument, match="line 2: unknown record 'free'"):
+        pool.LeaseTrace.parse("headroom-lease-trace 1\nfree 0\n")
+    with pytest.raises(headroom.invalid_argument, match="lease trace version '7'"):
+        pool.LeaseTrace.parse("headroom-lease-trace 7\n")
+    t = pool.LeaseTrace()
+    with pytest.raises(headroom.invalid_argument, match="acquire of bucket 3, which was never declared"):
+        t.acquire(3, 10)
+    with pytest.raises(headroom.invalid_argument, match="bucket = -1"):
+        t.declare(-1, unit=0, dtype="bfloat16", nbytes=1)
+    with pytest.raises(TypeError, match="dtype"):
+        t.declare(0, unit=0, dtype=3, nbytes=1)
+    with pytest.raises(headroom.invalid_argument, match="planner 'min'"):
+        pool.plan_lifetimes(t, planner="min")
+    with pytest.raises(headroom.invalid_argument, match="planner 'fixed'"):
+        pool.LearningArena("fixed")
+    a = pool.LearningArena("max")
+    with pytest.raises(headroom.logic_error, match="replan\\(\\) before the first end_step\\(\\)"):
+        a.replan()
+    a.declare(0, unit=0, dtype="bfloat16", nbytes=8)
+    a.acquire(0, 8)
+    with pytest.raises(headroom.logic_error, match="1 bucket\\(s\\) held"):
+        a.end_step()

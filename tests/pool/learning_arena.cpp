@@ -1,0 +1,236 @@
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "headroom/core/error.hpp"
+#include "headroom/pool/fsdp_trace.hpp"
+#include "headroom/pool/learning_arena.hpp"
+#include "headroom/pool/models.hpp"
+
+namespace pool = headroom::pool;
+namespace m = headroom::pool::models;
+using pool::fallback_reason;
+using pool::learning_arena;
+
+namespace {
+
+std::size_t fallbacks(learning_arena const& a, fallback_reason r) {
+  return a.stats().fallbacks[static_cast<std::size_t>(r)];
+}
+
+// Drives an arena and checks, independently of it, that no two leases it served overlap.
+struct driver {
+  learning_arena& a;
+  std::map<std::uint64_t, std::pair<std::uint64_t, std::uint64_t>> live;  // served: [begin, end)
+  std::size_t served = 0;
+
+  void acquire(std::uint64_t b, std::uint64_t bytes) {
+    auto const o = a.acquire(b, bytes);
+    if (!o) return;
+    ++served;
+    REQUIRE(a.plan().has_value());
+    std::uint64_t const end = *o + bytes;
+    CHECK(end <= a.arena_bytes());
+    for (auto const& kv : live) {
+      CAPTURE(b);
+      CAPTURE(kv.first);
+      CHECK_FALSE((kv.second.first < end && *o < kv.second.second));
+    }
+    live[b] = {*o, end};
+  }
+  void release(std::uint64_t b) {
+    a.release(b);
+    live.erase(b);
+  }
+};
+
+// One pass over `order` (unit -> its bucket ids) acquiring `prefetch` units ahead.
+template <class Bytes>
+void pass(driver& d, std::vector<std::vector<std::uint64_t>> const& buckets, std::vector<std::size_t> const& order,
+          std::size_t prefetch, Bytes const& bytes_per_bucket) {
+  std::vector<char> held(buckets.size(), 0);
+  std::size_t next = 0;
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    while (next < order.size() && next <= k + prefetch && !held[order[next]]) {
+      for (auto b : buckets[order[next]]) d.acquire(b, bytes_per_bucket(b));
+      held[order[next++]] = 1;
+    }
+    for (auto b : buckets[order[k]]) d.release(b);
+    held[order[k]] = 0;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("learning_arena: step 0 learned, then planned offsets; a double buffer never falls back") {
+  auto const w = m::make_workload(m::nemotron_h_8b());
+  learning_arena a({.planner = "interval"});
+  auto const t = m::declare_fsdp_buckets(w);
+  for (auto const& b : t.buckets()) a.declare(b);
+  auto step = m::declare_fsdp_buckets(w);
+  m::record_fsdp_step(step, w, m::fsdp_buffer::params, {.micro_batches = 2});
+  driver d{a, {}, 0};
+  auto const replay = [&] {
+    for (auto const& e : step.events()) {
+      if (e.kind == pool::lease_event_kind::acquire) d.acquire(e.bucket, e.bytes);
+      else if (e.kind == pool::lease_event_kind::release) d.release(e.bucket);
+    }
+  };
+  replay();
+  CHECK(d.served == 0);
+  CHECK(a.learning());
+  CHECK(a.end_step());
+  CHECK_FALSE(a.learning());
+  auto const s0 = a.stats();
+  CHECK(s0.arena_bytes > 0);
+  CHECK(s0.arena_bytes <= s0.megatron_max_bytes);
+  CHECK(s0.arena_bytes == s0.bound);  // a double buffer: at the bound
+  for (int i = 0; i < 3; ++i) {
+    replay();
+    CHECK_FALSE(a.end_step());
+  }
+  auto const s = a.stats();
+  CHECK(s.steps == 4);
+  CHECK(s.recorded_steps == 1);  // nothing fell back: later steps are not kept
+  CHECK(s.fallbacks == std::array<std::size_t, 3>{0, 0, 0});
+  CHECK(s.unpooled > 0);  // the embedding and output layer buckets
+  CHECK(s.served + s.unpooled == s.acquires);
+  CHECK(d.served == s.served);
+}
+
+TEST_CASE("learning_arena: requests the plan does not hold fall back by reason; replan() takes them in") {
+  // Issue 33 item 3: groups listed H, L, H, L (units 0..3, H = 2000 B, L = 20 B), step 0 runs
+  // them in order; a later step runs H, H, L, L: the two heavy units alive together.
+  learning_arena a({.planner = "max", .alignment = 1});
+  std::uint64_t const bytes[] = {2000, 20, 2000, 20, 64};
+  for (std::uint64_t u = 0; u < 4; ++u) a.declare({u, u, 0, "bfloat16", bytes[u]});
+  a.declare({4, 4, 0, "bfloat16", 64});  // never acquired in step 0
+  driver d{a, {}, 0};
+  auto const by_bucket = [](std::uint64_t b) -> std::uint64_t { return b == 4 ? 64 : (b % 2 == 0 ? 2000 : 20); };
+  std::vector<std::vector<std::uint64_t>> const units{{0}, {1}, {2}, {3}};
+  pass(d, units, {0, 1, 2, 3}, 1, by_bucket);
+  CHECK(a.end_step());
+  // MaxPool: one bf16 slot in two buffer groups; group 0 only ever held H, group 1 only L.
+  CHECK(a.arena_bytes() == 2000 + 20);
+  pass(d, units, {0, 2, 1, 3}, 1, by_bucket);  // H, H: 0 and 2 both pinned to group 0
+  // 2 meets 0 in group 0 and group 1's slot holds 20 B: it falls back. 3 meets 1 in group 1 and
+  // takes group 0's idle slot, as Megatron does.
+  CHECK(fallbacks(a, fallback_reason::overlaps_live) == 1);
+  d.acquire(4, 64);
+  d.release(4);
+  CHECK(fallbacks(a, fallback_reason::unknown_bucket) == 1);
+  d.acquire(1, 4000);
+  d.release(1);
+  CHECK(fallbacks(a, fallback_reason::larger_than_planned) == 1);
+  CHECK_FALSE(a.end_step());
+  CHECK(a.stats().recorded_steps == 2);
+  CHECK(a.replan());
+  CHECK(a.stats().replans == 1);
+  auto const before = a.stats().fallbacks;
+  pass(d, units, {0, 2, 1, 3}, 1, by_bucket);
+  pass(d, units, {0, 1, 2, 3}, 1, by_bucket);
+  d.acquire(4, 64);
+  d.release(4);
+  d.acquire(1, 4000);
+  d.release(1);
+  CHECK_FALSE(a.end_step());
+  CHECK(a.stats().fallbacks == before);  // the longer trace holds every request seen
+  CHECK(a.stats().recorded_steps == 2);
+}
+
+TEST_CASE("learning_arena fuzz: random orders, recompute, accumulation, eval steps; no overlap, never above max") {
+  std::mt19937_64 rng(33);
+  std::size_t total_fallbacks = 0, total_served = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    std::size_t const n = 2 + rng() % 10;
+    learning_arena a({.planner = trial % 3 == 0 ? "max" : (trial % 3 == 1 ? "by_bytes" : "interval")});
+    std::vector<std::vector<std::uint64_t>> units(n);
+    std::map<std::uint64_t, std::uint64_t> size;
+    std::uint64_t id = 0;
+    char const* dtypes[] = {"bfloat16", "float32"};
+    for (std::size_t u = 0; u < n; ++u)
+      for (std::size_t k = 1 + rng() % 3; k > 0; --k) {
+        size[id] = 256 * (1 + rng() % 64);
+        a.declare({id, u, 0, dtypes[rng() % 2], size[id]});
+        units[u].push_back(id++);
+      }
+    auto const bytes = [&](std::uint64_t b) { return size.at(b); };
+    driver d{a, {}, 0};
+    std::vector<std::size_t> forward(n);
+    for (std::size_t u = 0; u < n; ++u) forward[u] = u;
+    for (int step = 0; step < 8; ++step) {
+      std::vector<std::size_t> order = forward;
+      if (rng() % 3 == 0) std::shuffle(order.begin(), order.end(), rng);  // another unit order
+      std::size_t const prefetch = 1 + rng() % 2;
+      bool const eval = rng() % 4 == 0;
+      std::size_t const micro = eval ? 1 : 1 + rng() % 2;
+      bool const recompute = rng() % 2 == 0;
+      std::vector<std::size_t> backward;
+      for (auto it = order.rbegin(); it != order.rend(); ++it) {
+        if (recompute) backward.push_back(*it);  // a second lease of the unit before its backward
+        backward.push_back(*it);
+      }
+      for (std::size_t mb = 0; mb < micro; ++mb) {
+        pass(d, units, order, prefetch, bytes);
+        if (!eval) pass(d, units, backward, prefetch, bytes);
+      }
+      bool const changed = a.end_step();
+      CHECK((step == 0 || !changed));
+      if (step == 4) (void)a.replan();
+    }
+    auto const s = a.stats();
+    total_fallbacks += s.fallbacks[0] + s.fallbacks[1] + s.fallbacks[2];
+    total_served += s.served;
+    if (a.plan() && a.plan()->planner == "interval") {
+      auto const mx = a.plan()->candidates.front();
+      if (mx.feasible) CHECK(a.arena_bytes() <= mx.arena_bytes);
+    }
+  }
+  MESSAGE("fuzz: " << total_served << " leases served, " << total_fallbacks << " fell back");
+}
+
+TEST_CASE("learning_arena: bad input and the event cap name the value") {
+  CHECK_THROWS_WITH_AS(learning_arena({.planner = "fixed"}), doctest::Contains("planner 'fixed'"),
+                       headroom::invalid_argument);
+  CHECK_THROWS_WITH_AS(learning_arena({.alignment = 100}), doctest::Contains("alignment 100"),
+                       headroom::invalid_argument);
+  CHECK_THROWS_WITH_AS(learning_arena({.max_events = 0}), doctest::Contains("max_events = 0"),
+                       headroom::invalid_argument);
+  learning_arena a({.max_events = 5});
+  a.declare({0, 0, 0, "bfloat16", 64});
+  a.declare({1, 1, 0, "bfloat16", 64});
+  CHECK_THROWS_WITH_AS(a.replan(), doctest::Contains("replan() before the first end_step()"), headroom::logic_error);
+  CHECK_THROWS_WITH_AS((void)a.acquire(7, 64), doctest::Contains("bucket 7, which was never declared"),
+                       headroom::invalid_argument);
+  CHECK_FALSE(a.acquire(0, 64).has_value());
+  CHECK_THROWS_WITH_AS((void)a.acquire(0, 64), doctest::Contains("bucket 0, which is held"), headroom::logic_error);
+  CHECK_THROWS_WITH_AS(a.end_step(), doctest::Contains("1 bucket(s) held"), headroom::logic_error);
+  a.release(0);
+  CHECK_THROWS_WITH_AS(a.release(0), doctest::Contains("bucket 0, which is not held"), headroom::logic_error);
+  (void)a.acquire(1, 64);
+  a.release(1);
+  CHECK(a.end_step());  // 5 events: the cap
+  CHECK(a.arena_bytes() == 256);
+  CHECK(*a.acquire(0, 64) == 0);
+  CHECK_FALSE(a.acquire(1, 64).has_value());  // both planned at 0: 1 meets 0
+  a.release(0);
+  a.release(1);
+  // The step fell back: keeping it would take the trace to 10 events.
+  CHECK_THROWS_WITH_AS(a.end_step(), doctest::Contains("beyond max_events = 5"), headroom::capacity_error);
+  CHECK(a.stats().recorded_steps == 1);
+  CHECK(a.arena_bytes() == 256);  // the plan stands
+  for (int i = 0; i < 2; ++i) {
+    CHECK(a.acquire(0, 64).has_value());
+    a.release(0);
+  }
+  (void)a.acquire(0, 64);  // the 5th event of the step
+  CHECK_THROWS_WITH_AS(a.release(0), doctest::Contains("would exceed max_events = 5"), headroom::capacity_error);
+  CHECK_THROWS_WITH_AS(a.replan(), doctest::Contains("replan() within a step"), headroom::logic_error);
+}
