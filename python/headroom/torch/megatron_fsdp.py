@@ -238,6 +238,7 @@ class PoolAllocator:
         self._bytes: Dict[int, int] = {}  # bucket -> largest request (for can_allocate)
         self._place: Dict[int, Optional[int]] = {}  # bucket -> where its first lease of this step was
         self._unrecorded: set = set()  # held buckets Megatron allocated without strict assignment
+        self._weights: Optional[bool] = None  # see _holds_weights
         self._views: Dict[Any, _Served] = {}
         self._dynamic = _DynamicBuckets()
         self._persistent: Dict[Any, _Served] = {}
@@ -300,6 +301,15 @@ class PoolAllocator:
                     groups.append(g)
         return groups or [None]
 
+    def _holds_weights(self) -> bool:
+        """Whether Megatron's weight buffers draw on this allocator (their buckets back parameters
+        that autograd keeps views of); True for an allocator no buffer names (standalone use)."""
+        if self._weights is None:
+            names = [n for pg in self.fsdp_param_groups for n, v in (vars(pg).items() if hasattr(pg, "__dict__") else ())
+                     if getattr(v, "temporary_bucket_allocator", None) is self]
+            self._weights = not names or any("weight" in n or "wbuf" in n or "wtbuf" in n for n in names)
+        return self._weights
+
     def _check_agreement(self) -> None:
         """Every rank of each agreement group must have the same plan: one all_gather_object per
         group, before the arena exists (so before any collective on it)."""
@@ -354,9 +364,9 @@ class PoolAllocator:
         offset = self._arena.acquire(bucket_id, nbytes)
         self._leases += 1
         self._bytes[bucket_id] = max(self._bytes.get(bucket_id, 0), nbytes)
-        if bucket_id in self._place and self._place[bucket_id] != offset:
-            # Autograd keeps views of a bucket's first lease in a step (the forward's weights for the
-            # backward): every lease of the step must be at the same memory.
+        if bucket_id in self._place and self._place[bucket_id] != offset and self._holds_weights():
+            # Autograd keeps views of a weight bucket's first lease in a step (the forward's weights
+            # for the backward): every lease of the step must be at the same memory.
             if self._place[bucket_id] is not None:
                 self._arena.release(bucket_id)
                 raise headroom.capacity_error(
