@@ -84,21 +84,24 @@ def allocators() -> List["PoolAllocator"]:
     return sorted(_live, key=lambda a: a._serial)
 
 
-_steps = {"optimizer": 0, "hook": None}
+_steps = {"optimizer": 0, "leases": 0, "hook": None}
 
 
 def _after_optimizer_step(*_unused) -> None:
-    """torch's global optimizer post-step hook: two optimizer steps without end_step() while an
-    allocator still learns means end_step() is missing."""
-    _steps["optimizer"] += 1
-    if _steps["optimizer"] >= 2:
-        learning = [a for a in allocators() if a.plan is None and a._leases]
-        if learning:
-            _warn_once(
-                "end_step", "[headroom] %d optimizer steps ran without headroom.torch.megatron_fsdp.end_step(): "
-                "%s still learn from the caching allocator and their traces grow every step; call end_step() "
-                "on every rank after optimizer.step()", _steps["optimizer"],
-                ", ".join(f"{a.name} ({a.planner}, {a._leases} leases)" for a in learning))
+    """torch's global optimizer post-step hook. It counts the optimizer steps after which a
+    learning allocator had served new leases; three without end_step() (fully_shard_optimizer
+    runs one step at construction, after the buffers' initial leases) mean end_step() is missing."""
+    learning = [a for a in allocators() if a.plan is None and a._leases]
+    leases = sum(a._leases for a in learning)
+    if leases != _steps["leases"]:
+        _steps["leases"] = leases
+        _steps["optimizer"] += 1
+    if _steps["optimizer"] >= 3 and learning:
+        _warn_once(
+            "end_step", "[headroom] %d optimizer steps ran without headroom.torch.megatron_fsdp.end_step(): %s still "
+            "learn from the caching allocator and their traces grow every step; call end_step() on every rank after "
+            "optimizer.step()", _steps["optimizer"],
+            ", ".join(f"{a.name} ({a.planner}, {a._leases} leases)" for a in learning))
 
 
 def _watch_optimizer_steps() -> None:
@@ -233,6 +236,9 @@ class PoolAllocator:
         self._held: Dict[int, _Served] = {}  # bucket -> what allocate returned, while leased
         self._offset: Dict[int, Optional[int]] = {}  # bucket -> arena offset (None: caching allocator)
         self._bytes: Dict[int, int] = {}  # bucket -> largest request (for can_allocate)
+        self._place: Dict[int, Optional[int]] = {}  # bucket -> where its first lease of this step was
+        self._unrecorded: set = set()  # held buckets Megatron allocated without strict assignment
+        self._weights: Optional[bool] = None  # see _holds_weights
         self._views: Dict[Any, _Served] = {}
         self._dynamic = _DynamicBuckets()
         self._persistent: Dict[Any, _Served] = {}
@@ -295,6 +301,15 @@ class PoolAllocator:
                     groups.append(g)
         return groups or [None]
 
+    def _holds_weights(self) -> bool:
+        """Whether Megatron's weight buffers draw on this allocator (their buckets back parameters
+        that autograd keeps views of); True for an allocator no buffer names (standalone use)."""
+        if self._weights is None:
+            names = [n for pg in self.fsdp_param_groups for n, v in (vars(pg).items() if hasattr(pg, "__dict__") else ())
+                     if getattr(v, "temporary_bucket_allocator", None) is self]
+            self._weights = not names or any("weight" in n or "wbuf" in n or "wtbuf" in n for n in names)
+        return self._weights
+
     def _check_agreement(self) -> None:
         """Every rank of each agreement group must have the same plan: one all_gather_object per
         group, before the arena exists (so before any collective on it)."""
@@ -339,9 +354,28 @@ class PoolAllocator:
                     f"it holds {held.data.numel() * held.data.element_size()} B; free it first")
             return self._view(offset, size, dtype) if offset is not None else _Served(held.data[:size])
         self._device, self._ctx = device, mem_alloc_context
+        if not strict_assignments and self.plan is None:
+            # Megatron's buffer initialisation (param_and_grad_buffer.py:2849/2871): MaxPool does not
+            # pin these and they never recur; served by the caching allocator, not a lease of the trace
+            self._held[bucket_id] = self._dynamic.allocate(bucket_id, size, dtype, device)
+            self._offset[bucket_id] = None
+            self._unrecorded.add(bucket_id)
+            return self._held[bucket_id]
         offset = self._arena.acquire(bucket_id, nbytes)
         self._leases += 1
         self._bytes[bucket_id] = max(self._bytes.get(bucket_id, 0), nbytes)
+        if bucket_id in self._place and self._place[bucket_id] != offset and self._holds_weights():
+            # Autograd keeps views of a weight bucket's first lease in a step (the forward's weights
+            # for the backward): every lease of the step must be at the same memory.
+            if self._place[bucket_id] is not None:
+                self._arena.release(bucket_id)
+                raise headroom.capacity_error(
+                    f"PoolAllocator '{self.name}': bucket {bucket_id} of unit {unit} was served at arena offset "
+                    f"{self._place[bucket_id]} earlier in this step (autograd keeps views of it) and another lease "
+                    "holds those bytes now, in an order the recorded steps did not show; replan() at a step "
+                    "boundary after a step in that order, or use planner='interval'")
+            offset = None  # served by the caching allocator earlier in this step: stays there
+        self._place[bucket_id] = offset
         if offset is None or self.arena is None:
             if self.arena is not None:
                 _warn_once(f"{self._serial}/{bucket_id}", "[headroom][%s] bucket %d of unit %s (%d B): the plan cannot "
@@ -367,7 +401,10 @@ class PoolAllocator:
         served = self._held.pop(bucket_id, None)
         if served is None:
             return  # not held: Megatron frees idempotently (GradReducePipeline.reset frees every bucket)
-        self._arena.release(bucket_id)
+        if bucket_id in self._unrecorded:
+            self._unrecorded.discard(bucket_id)
+        else:
+            self._arena.release(bucket_id)
         offset = self._offset.pop(bucket_id)
         if offset is None:
             self._dynamic.free(bucket_id)
@@ -403,6 +440,7 @@ class PoolAllocator:
         if not self._leases:
             return False  # never used (the FP8 transpose allocator of a BF16 model): nothing to plan
         self._check_nothing_held("end_step")
+        self._place.clear()
         self._arena.end_step()
         return self._lay("end_step", agree=self.arena is None)
 
@@ -412,6 +450,7 @@ class PoolAllocator:
         if self.plan is None:
             return False
         self._check_nothing_held("replan")
+        self._place.clear()
         self._arena.replan()
         return self._lay("replan", agree=True)
 
