@@ -413,18 +413,19 @@ void run_interval(pool::workload const& w, Padding const& pad, fuzz::input& in) 
   }
   std::size_t longest = 0;
   for (auto const& order : orders) longest = std::max(longest, order.units.size());
-  FUZZ_CHECK(o.resident >= 2 && o.resident <= std::max<std::size_t>(longest, 2) && !orders.empty() &&
-             headroom::is_power_of_two(o.alignment));
-  check_interval_plan(*p, w, orders, o.resident, o.alignment);
+  FUZZ_CHECK(o.resident >= 2 && !orders.empty() && headroom::is_power_of_two(o.alignment));
+  // N beyond the longest order: every unit of it alive together, planned as N = its length.
+  std::size_t const resident = std::min(o.resident, std::max<std::size_t>(longest, 2));
+  check_interval_plan(*p, w, orders, resident, o.alignment);
   FUZZ_CHECK(*p == pool::make_interval_plan(w, std::span<pool::execution_order const>(orders), o, pad));
   if (p->arena_bytes > (std::uint64_t{1} << 20)) return;
   for (auto const& n : w.non_unit)
     if (pad.padded_bytes(n) > (std::uint64_t{1} << 20)) return;
   auto const& order = orders[in.in<std::size_t>(0, orders.size() - 1)];
   if (in.flag())
-    follow_order<pool::host_unit_pool<pool::strict, pool::dynamic, pool::record_at_release, pool::reject_off_trace>>(*p, order, o.resident, in);
+    follow_order<pool::host_unit_pool<pool::strict, pool::dynamic, pool::record_at_release, pool::reject_off_trace>>(*p, order, resident, in);
   else
-    follow_order<pool::host_unit_pool<pool::first_free, pool::dynamic, pool::record_at_release, pool::fallback_off_trace>>(*p, order, o.resident, in);
+    follow_order<pool::host_unit_pool<pool::first_free, pool::dynamic, pool::record_at_release, pool::fallback_off_trace>>(*p, order, resident, in);
 }
 
 }  // namespace
