@@ -522,7 +522,7 @@ def test_report_says_what_happened():
     r = a.report()
     assert r["name"] == "fsdp_params" and r["planner"] == "interval" and r["planned"]
     assert r["arena_bytes"] == a.arena.numel() == a.plan.arena_bytes
-    assert r["bound"] <= r["arena_bytes"] <= r["candidates"]["max"]
+    assert r["bound"] <= r["arena_bytes"] <= r["megatron_max_bytes"] == r["candidates"]["max"]
     assert r["acquires"] == 2 * 6 and sum(r["fallbacks"].values()) == 0
     assert unused.report()["planned"] is False and unused.arena is None  # never used: nothing allocated
     names = [x["name"] for x in hm.report()]
