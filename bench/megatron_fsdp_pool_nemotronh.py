@@ -107,8 +107,12 @@ def predict(args) -> int:
         c = CONFIGS[name]
         with torch.device("meta"):
             model = NemotronHForCausalLM(model_config(c["hidden"], c["experts"], c["seq"]))
-        p = hm.predict(model, unit_classes(), grad_comm_dtype=torch.bfloat16, dp=args.world_size)
-        print(f"{name}: {p}")
+        p = hm.predict(model, unit_classes(), grad_comm_dtype=torch.bfloat16, dp=args.world_size,
+                       micro_batches=c["micro_batches"])
+        for pool, r in p.items():
+            print(f"{name:10s} {pool:12s} " + "  ".join(
+                f"{k} {r[k] / 2**20:.2f}" for k in ("megatron_planned", "max", "by_bytes", "interval", "bound"))
+                + " MiB" + (f"  (winner {r['winner']})" if "winner" in r else ""))
     return 0
 
 
