@@ -107,8 +107,12 @@ def predict(args) -> int:
         c = CONFIGS[name]
         with torch.device("meta"):
             model = NemotronHForCausalLM(model_config(c["hidden"], c["experts"], c["seq"]))
-        p = hm.predict(model, unit_classes(), grad_comm_dtype=torch.bfloat16, dp=args.world_size)
-        print(f"{name}: {p}")
+        p = hm.predict(model, unit_classes(), grad_comm_dtype=torch.bfloat16, dp=args.world_size,
+                       micro_batches=c["micro_batches"])
+        for pool, r in p.items():
+            print(f"{name:10s} {pool:12s} " + "  ".join(
+                f"{k} {r[k] / 2**20:.2f}" for k in ("megatron_planned", "max", "by_bytes", "interval", "bound"))
+                + " MiB" + (f"  (winner {r['winner']})" if "winner" in r else ""))
     return 0
 
 
@@ -258,6 +262,11 @@ def table(results, configs, runs) -> list:
                   f"{(row.get('peak_minus_maxpool', 0)) / 2**20:+8.2f} {row['median_step_ms']:8.2f} "
                   f"{row.get('step_vs_maxpool', float('nan')):9.3f} {'Y' if row['bit_equal'] else 'N':>6s} "
                   f"{row['fallbacks']:6d}  " + ", ".join(f"{k} {v / 2**20:.2f}" for k, v in row["by_pool"].items()))
+    for config in configs:
+        ours = [results[(config, run)] for run in runs if run != MAXPOOL and (config, run) in results]
+        if len(ours) > 1:
+            same = all(a["loss_bits"] == b["loss_bits"] for r in ours[1:] for a, b in zip(r["ranks"], ours[0]["ranks"]))
+            print(f"{config}: headroom planners' losses bit-equal to each other on every rank: {'Y' if same else 'N'}")
     return rows
 
 

@@ -267,9 +267,9 @@ class PoolAllocator:
 
     def report(self) -> Dict[str, Any]:
         """``name``, ``planner``, ``planned``, ``arena_bytes`` (allocated), ``bound`` (max load of
-        the recorded leases), ``winner`` and ``candidates`` (bytes of each layout compared; ``max``
-        is what Megatron's MaxPool holds on the same trace), ``fallbacks`` by reason, ``acquires``
-        (leases) and ``stats`` (the C++ arena's)."""
+        the recorded leases), ``winner`` and ``candidates`` (bytes of each layout compared),
+        ``megatron_max_bytes`` (what Megatron's MaxPool holds on the same trace), ``fallbacks`` by
+        reason, ``acquires`` (leases) and ``stats`` (the C++ arena's)."""
         plan, stats = self.plan, self._arena.stats()
         return {
             "name": self.name, "planner": self.planner, "planned": plan is not None,
@@ -277,7 +277,8 @@ class PoolAllocator:
             "bound": plan.bound if plan is not None else None,
             "winner": plan.winner if plan is not None else None,
             "candidates": dict(plan.candidates) if plan is not None else {},
-            "fallbacks": dict(stats.get("fallbacks", {})), "acquires": self._leases, "stats": stats,
+            "megatron_max_bytes": stats["megatron_max_bytes"] if plan is not None else None,
+            "fallbacks": dict(stats["fallbacks"]), "acquires": self._leases, "stats": stats,
         }
 
     # -- checks ---------------------------------------------------------------------------------

@@ -230,8 +230,8 @@ def test_gradient_accumulation_and_an_eval_step_run_from_the_arena():
 @pytest.mark.parametrize("planner", hm.PLANNERS)
 def test_random_orders_never_overlap_and_replan_takes_them_in(planner, seed):
     """Steps in orders the first step did not show (more units resident, shuffled): held bytes
-    never overlap (run_pass checks addresses and data); after replan() interval runs the same
-    steps from the arena with no fallback (its lifetime packing holds every recorded lease)."""
+    never overlap (run_pass checks addresses and data); after replan() interval runs every step
+    that fell back from the arena (its lifetime packing holds every recorded lease)."""
     rng = random.Random(seed)
     groups = [group([rng.choice([16, 200, 1000])], unit=u) for u in range(rng.randint(3, 8))]
     units = list(units_of(groups))
@@ -239,16 +239,23 @@ def test_random_orders_never_overlap_and_replan_takes_them_in(planner, seed):
     train_step(a, groups)
     a.end_step()
     steps = [(rng.sample(units, len(units)), rng.randint(1, 3)) for _ in range(3)]
+
+    def fallbacks():
+        return sum(a.report()["fallbacks"].values())
+
+    fell_back = []
     for order, resident in steps:
+        before = fallbacks()
         run_pass(a, groups, order, resident=resident)
         a.end_step()
+        fell_back.append(fallbacks() > before)
     a.replan()
-    before = sum(a.report()["fallbacks"].values())
-    for order, resident in steps:
+    for (order, resident), kept in zip(steps, fell_back):
+        before = fallbacks()
         run_pass(a, groups, order, resident=resident)
         a.end_step()
-    if planner == "interval":
-        assert sum(a.report()["fallbacks"].values()) == before
+        if planner == "interval" and kept:  # a step that fell back is in the trace replan() planned
+            assert fallbacks() == before, (order, resident)
 
 
 # -------------------------------------------------------------------------------------------
@@ -515,7 +522,7 @@ def test_report_says_what_happened():
     r = a.report()
     assert r["name"] == "fsdp_params" and r["planner"] == "interval" and r["planned"]
     assert r["arena_bytes"] == a.arena.numel() == a.plan.arena_bytes
-    assert r["bound"] <= r["arena_bytes"] <= r["candidates"]["max"]
+    assert r["bound"] <= r["arena_bytes"] <= r["megatron_max_bytes"] == r["candidates"]["max"]
     assert r["acquires"] == 2 * 6 and sum(r["fallbacks"].values()) == 0
     assert unused.report()["planned"] is False and unused.arena is None  # never used: nothing allocated
     names = [x["name"] for x in hm.report()]

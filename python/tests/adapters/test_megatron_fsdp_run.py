@@ -156,7 +156,7 @@ def test_megatron_fsdp_runs_on_headroom_arenas(tmp_path):
             assert set(pools) == {"fsdp_params", "fsdp_grads"}  # the FP8 transpose allocator served nothing
             for p in pools.values():
                 assert p["planned"] and sum(p["fallbacks"].values()) == 0, (run, p)
-                assert p["bound"] <= p["arena_bytes"] <= p["candidates"]["max"]
+                assert p["bound"] <= p["arena_bytes"] <= p["megatron_max_bytes"]
                 assert hp.LeaseTrace.parse(p["trace"]).to_text() == p["trace"]
                 # one acquire per lease: the learned step's forward and backward (weights) or backward
                 # (gradients); Megatron's initialisation (no strict assignment) is not recorded
