@@ -63,6 +63,14 @@ class TorchCudaBackend:
     """torch.cuda's recorder, snapshot and OOM observer (private APIs, feature-detected)."""
 
     def __init__(self, device=None):
+        if not torch.cuda.is_available():
+            build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
+            raise headroom.cuda_error(
+                f"MemoryProfiler: torch {torch.__version__} ({build}) sees no CUDA device "
+                "(torch.cuda.is_available() is False), and the default backend records torch.cuda's allocator; run "
+                "on a machine with a GPU, or pass backend= (an object with start, stop, snapshot and "
+                "attach_oom_observer)"
+            )
         self.device = device
 
     def start(self, stacks: Optional[str], max_entries: int) -> None:
@@ -147,9 +155,9 @@ class MemoryProfiler:
         self.stacks = stacks
         self.max_entries = max_entries
         self.active = ranks is None or (rank or 0) in set(ranks)
+        self.backend = backend if backend is not None else TorchCudaBackend()  # checks for CUDA, before any file
         self.out_dir = Path(out_dir)
         self._probe_out_dir()
-        self.backend = backend if backend is not None else TorchCudaBackend()
         self.pool_events = pool_events
         self.written: List[Path] = []
         self._step: Optional[int] = None
