@@ -6,6 +6,7 @@
 
 #include "headroom/core.hpp"
 #include "headroom/pool.hpp"
+#include "headroom/pool/models.hpp"
 #include "printer.hpp"
 
 void demo_pool(headroom::demo::printer& p) {

@@ -3,13 +3,13 @@
 // headroom::pool — workloads, execution orders, planners (fixed, max, interval) and plans (pure),
 // assignment, non-unit, release-order and off-trace policies, the unit pool and its host-substrate
 // form host_unit_pool, plan fingerprints. CUDA-free; the CUDA pool and NCCL registration are in
-// headroom/pool/cuda.hpp.
+// headroom/pool/cuda.hpp. The model presets (a data table) are included by name:
+// headroom/pool/models.hpp.
 #include "headroom/pool/execution_order.hpp"
 #include "headroom/pool/fingerprint.hpp"
 #include "headroom/pool/host.hpp"
 #include "headroom/pool/interval.hpp"
 #include "headroom/pool/lease.hpp"
-#include "headroom/pool/models.hpp"
 #include "headroom/pool/plan.hpp"
 #include "headroom/pool/policies.hpp"
 #include "headroom/pool/pool_stats.hpp"
