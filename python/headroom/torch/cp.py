@@ -516,7 +516,8 @@ def _call(op, impl, grad, x, entry, args):
 
 
 class Partition:
-    """One CP rank's share of a packed batch, built once from ``cu_seqlens`` and reused.
+    """One CP rank's share of a packed batch, built once from ``cu_seqlens`` and reused: a
+    ``headroom.cp.Partition`` (the C++ one, :attr:`partition`) with the torch ops.
 
     ``Partition(padded_cu_seqlens, cp_size, cp_rank)`` takes boundaries already padded so that the
     layout can cut them (every sequence a multiple of ``2 * cp_size`` for ``dual_chunk``);
@@ -566,6 +567,12 @@ class Partition:
     global_rows = property(lambda self: self._padded.global_rows, doc="Padded rows of the whole batch (T).")
     local_rows = property(lambda self: self._padded.local_rows, doc="This rank's rows (T / cp_size).")
     sequences = property(lambda self: self._padded.partition.sequences)
+
+    @property
+    def partition(self) -> "headroom.cp.Partition":
+        """The ``headroom.cp.Partition`` (the C++ partition) this one is built on: the same
+        batch and rank, without the torch ops."""
+        return self._padded.partition
 
     @property
     def cu_seqlens(self) -> torch.Tensor:
