@@ -34,3 +34,19 @@ def test_list_and_errors():
     assert bad.returncode == 2 and "no model 'GPT-5'; known: Nemotron-H-4B" in bad.stderr
     assert run("--buffers", "1").returncode == 2 and "buffers = 1" in run("--buffers", "1").stderr
     assert run("--grads", "int4").returncode == 2
+
+
+def test_planner_names_are_the_adapters():
+    """One name per planner across the CLI and headroom.torch.megatron_fsdp.install()."""
+    from headroom.__main__ import PLANNERS
+
+    by_bytes = run("--model", "Jamba-1.5-Mini", "--ep", "8", "--planner", "by_bytes")
+    assert by_bytes.returncode == 0, by_bytes.stderr
+    w = pool.model_workload("Jamba-1.5-Mini", 8)
+    assert by_bytes.stdout == str(pool.plan(w, "max", category="by_bytes"))
+    assert by_bytes.stdout == run("--model", "Jamba-1.5-Mini", "--ep", "8", "--category", "by_bytes").stdout
+    try:
+        from headroom.torch import megatron_fsdp
+    except ImportError:  # no torch: the adapter's list cannot be read here
+        return
+    assert set(megatron_fsdp.PLANNERS) <= set(PLANNERS)
