@@ -16,7 +16,9 @@ are torch index ops rather than headroom's kernels):
 The checked batches have --check-tokens x --check-width (default 8192 x 1024), the timed one
 --tokens x --width (default 16384 x 4096).
 Timing (CUDA events, median of --iterations after --warmup): cp.gather of a [T/cp, width] shard
-against a bare dist.all_gather_into_tensor of the same bytes, and the gather of per-token vectors.
+against a bare dist.all_gather_into_tensor of the same bytes, and the gather of per-token vectors;
+"agreement": the extra time of a partition's first gather, whose ranks agree first (one
+all_gather of 9 int64 per rank and a copy back to the host), over a later one.
 A table on rank 0, PASS/FAIL lines, one JSON line; $OUT/cp_torch_gather_nccl.json when OUT is set.
 Exit 1 when a check fails; "skipped: ..." and exit 77 without 2 GPUs, torch or headroom._cuda.
 
@@ -150,12 +152,14 @@ def checks_and_times(rank, world, args, device):
         vec_out = torch.empty((part.global_rows, 2), dtype=vec.dtype, device=device)
         dist.barrier()
         gather_ms = timed(lambda: cp.gather(local, part), args, device)
+        first_ms = timed(lambda: (part._agreed.clear(), cp.gather(local, part)), args, device)  # agree every time
         bare_ms = timed(lambda: dist.all_gather_into_tensor(out, local), args, device)
         vec_ms = timed(lambda: cp.gather(vec, part), args, device)
         vec_bare_ms = timed(lambda: dist.all_gather_into_tensor(vec_out, vec), args, device)
         rows.append({"dtype": dname, "tokens": part.global_rows, "width": args.width,
                      "bytes": part.global_rows * args.width * local.element_size(),
                      "gather_ms": gather_ms, "all_gather_ms": bare_ms, "ratio": gather_ms / bare_ms,
+                     "first_gather_ms": first_ms, "agreement_ms": first_ms - gather_ms,
                      "per_token_bytes": part.global_rows * 2 * vec.element_size(),
                      "per_token_gather_ms": vec_ms, "per_token_all_gather_ms": vec_bare_ms})
     return checks, rows
@@ -256,12 +260,12 @@ def main() -> int:
         print(f"median of {args.iterations} after {args.warmup} warm-up, rank 0 "
               f"({'CUDA events' if args.device == 'cuda' else 'host clock'})\n")
         print(f"{'dtype':5s} {'tokens':>7s} {'width':>6s} {'MiB':>8s} | {'cp.gather':>10s} {'all_gather':>10s} {'ratio':>6s} "
-              f"| {'per-token KiB':>13s} {'cp.gather':>10s} {'all_gather':>10s}")
+              f"| {'per-token KiB':>13s} {'cp.gather':>10s} {'all_gather':>10s} | {'agreement':>10s}")
         for row in r0["rows"]:
             print(f"{row['dtype']:5s} {row['tokens']:7d} {row['width']:6d} {row['bytes'] / 2**20:8.2f} | "
                   f"{row['gather_ms']:8.3f}ms {row['all_gather_ms']:8.3f}ms {row['ratio']:6.3f} | "
                   f"{row['per_token_bytes'] / 2**10:13.1f} {row['per_token_gather_ms']:8.3f}ms "
-                  f"{row['per_token_all_gather_ms']:8.3f}ms")
+                  f"{row['per_token_all_gather_ms']:8.3f}ms | {row['agreement_ms']:8.3f}ms")
         print()
     counts = {}
     for res in results:
