@@ -12,6 +12,9 @@
   ``None`` records no stacks. ``max_entries`` bounds the history.
 * ``on_oom=True`` attaches torch's out-of-memory observer: an OOM writes
   ``oom_step_<n>.<coords>.pickle`` (with the history of the step if it was recorded).
+* The default backend is torch.cuda's recorder: constructing a profiler on a machine where
+  ``torch.cuda.is_available()`` is False raises ``headroom.cuda_error`` at once, before any file
+  is written (pass ``backend=`` to record something else).
 * Files are named by step and parallel coordinates, written to ``<name>.partial`` and renamed, so
   a crash never leaves half a snapshot under the final name; pickle protocol 4 (memory_viz's
   reader).
