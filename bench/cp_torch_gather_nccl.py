@@ -194,26 +194,13 @@ def worker(rank, world, args, store_file, result_dir):
         json.dump(result, f)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--backend", default="nccl", choices=["nccl", "gloo"])
-    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
-    ap.add_argument("--world", type=int, default=2)
-    ap.add_argument("--tokens", type=int, default=16384)
-    ap.add_argument("--width", type=int, default=4096)
-    ap.add_argument("--batches", type=int, default=3, help="random packed batches checked per dtype")
-    ap.add_argument("--check-tokens", type=int, default=8192, help="tokens of the checked batches")
-    ap.add_argument("--check-width", type=int, default=1024, help="row width of the checked batches")
-    ap.add_argument("--iterations", type=int, default=20)
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--timeout", type=int, default=120, help="seconds for a collective before it fails")
-    args = ap.parse_args()
-    if args.iterations < 1 or args.warmup < 0 or args.world < 2:
-        ap.error("--iterations >= 1, --warmup >= 0, --world >= 2")
+def require(args) -> None:
+    """Exits with SKIP ("skipped: why") unless torch.distributed, args.world CUDA devices (for
+    --device cuda), NCCL (for --backend nccl) and headroom's package (with headroom._cuda for
+    CUDA) are there."""
     try:
         import torch
         import torch.distributed as dist
-        import torch.multiprocessing as mp
     except ImportError as e:
         skip(f"torch is not importable ({e})")
     if not dist.is_available():
@@ -235,6 +222,27 @@ def main() -> int:
             from headroom import _cuda  # noqa: F401
         except ImportError as e:
             skip(f"headroom._cuda is not importable ({e}): build the package with HEADROOM_ENABLE_CUDA=ON")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--backend", default="nccl", choices=["nccl", "gloo"])
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--world", type=int, default=2)
+    ap.add_argument("--tokens", type=int, default=16384)
+    ap.add_argument("--width", type=int, default=4096)
+    ap.add_argument("--batches", type=int, default=3, help="random packed batches checked per dtype")
+    ap.add_argument("--check-tokens", type=int, default=8192, help="tokens of the checked batches")
+    ap.add_argument("--check-width", type=int, default=1024, help="row width of the checked batches")
+    ap.add_argument("--iterations", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--timeout", type=int, default=120, help="seconds for a collective before it fails")
+    args = ap.parse_args()
+    if args.iterations < 1 or args.warmup < 0 or args.world < 2:
+        ap.error("--iterations >= 1, --warmup >= 0, --world >= 2")
+    require(args)
+    import torch
+    import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory(prefix="cp_torch_gather_nccl.") as tmp:
         mp.spawn(worker, args=(args.world, args, os.path.join(tmp, "store"), tmp), nprocs=args.world, join=True)

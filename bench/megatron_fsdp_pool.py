@@ -68,6 +68,22 @@ def skip(why: str) -> None:
     sys.exit(0)
 
 
+def require_gpus_and_megatron(world_size: int) -> None:
+    """Skips (exit 0, a message) without torch, CUDA, `world_size` GPUs or megatron_fsdp."""
+    try:
+        import torch
+    except ImportError:
+        skip("torch is not installed")
+    if not torch.cuda.is_available():
+        skip("no CUDA device")
+    if torch.cuda.device_count() < world_size:
+        skip(f"--world-size {world_size} needs {world_size} GPUs; {torch.cuda.device_count()} here")
+    try:
+        import megatron_fsdp  # noqa: F401
+    except ImportError as e:
+        skip(f"megatron_fsdp is not importable ({e}); pip install --no-deps megatron_fsdp-0.6.1-py3-none-any.whl")
+
+
 def import_headroom():
     """headroom installed, else the repository's python/headroom with a _core built under build/."""
     try:
@@ -144,38 +160,27 @@ def plan_only(args) -> None:
         skip(f"megatron_fsdp is not importable ({e})")
     if not import_headroom():
         skip("headroom's Python package is not importable")
-    from headroom import pool as hp
     from headroom.torch import megatron_fsdp as hm
 
     with torch.device("meta"):
         model, units = build_model(args.hidden, args.layers, "meta")
     policy = pgb.BucketingPolicy(fsdp_unit_modules=units, data_parallel_sharding_strategy="optim_grads_params")
     groups, _, _ = pgb._get_parameter_groups(model, policy, {})
-    bf16 = lambda pg: torch.bfloat16  # noqa: E731 - the gradient communication dtype of the run
-    theirs = pgb.MaxPoolAllocator("fsdp_grads", groups, dtype_fn=bf16)
-    rows = []
-    for planner in ("max", "by_bytes"):
-        a = hm.PoolAllocator("fsdp_grads", groups, dtype_fn=bf16, planner=planner)
-        rows.append((planner, a.plan.arena_bytes, a.plan.max_sizes))
-    assert rows[0][2] == theirs.max_dtype_bucket_sizes, (rows[0][2], theirs.max_dtype_bucket_sizes)
-    # interval for backward order with two units resident (the gradient pool's pattern)
-    w = hp.workload("model", [[("bfloat16", sum(p.numel() for p in g.params))] for g in groups])
-    n = len(groups)
-    backward = hp.order("backward", list(range(n - 1, -1, -1)))
-    ip = hp.make_interval_plan(w, [backward], resident=2)
-    rows.append(("interval", ip.arena_bytes, {"lower_bound": hp.lower_bound(w, [backward], resident=2)}))
+    grads = hm.predict(model, units, grad_comm_dtype=torch.bfloat16)["fsdp_grads"]
     print(f"{len(groups)} parameter groups: " + ", ".join(
         f"unit {g.fsdp_unit_id} {sum(p.numel() for p in g.params)} el" for g in groups))
-    print(f"Megatron MaxPoolAllocator max_dtype_bucket_sizes (bf16 grads): {theirs.max_dtype_bucket_sizes}")
-    for planner, arena, detail in rows:
-        print(f"  {planner:9s} arena {arena / 2**20:9.2f} MiB  {detail}")
+    print(f"Megatron MaxPoolAllocator plans {grads['megatron_planned'] / 2**20:.2f} MiB (bf16 grads); "
+          f"bound {grads['bound'] / 2**20:.2f} MiB")
+    for planner in ("max", "by_bytes", "interval"):
+        print(f"  {planner:9s} arena {grads[planner] / 2**20:9.2f} MiB")
 
 
 # ---------------------------------------------------------------------------------------------
 # one training run (a child process; with --world-size N one process per rank)
 
 
-def train(rank, args, run, out_path):
+def init_rank(rank, args):
+    """One rank's CUDA device and NCCL process group; deterministic kernels, no TF32."""
     import torch
     import torch.distributed as dist
 
@@ -186,6 +191,14 @@ def train(rank, args, run, out_path):
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
+    return device
+
+
+def train(rank, args, run, out_path):
+    import torch
+    import torch.distributed as dist
+
+    device = init_rank(rank, args)
     from megatron_fsdp import MixedPrecisionPolicy, fully_shard_model, fully_shard_optimizer
     from megatron_fsdp import utils as mutils
 
@@ -196,10 +209,10 @@ def train(rank, args, run, out_path):
 
         checked = hm.PoolAllocator._check_agreement
 
-        def counted(self, plan):  # records every cross-rank fingerprint comparison
+        def counted(self):  # records every cross-rank fingerprint comparison
             sizes = [dist.get_world_size(g) for g in self._agreement_groups()]
-            checked(self, plan)
-            agreements.append({"pool": self.name, "fingerprint": plan.fingerprint(), "group_sizes": sizes})
+            checked(self)
+            agreements.append({"pool": self.name, "fingerprint": self.plan.fingerprint, "group_sizes": sizes})
 
         hm.PoolAllocator._check_agreement = counted
         hm.install(planner=run.replace("+profile", ""))
@@ -246,10 +259,10 @@ def train(rank, args, run, out_path):
         times.append((time.perf_counter() - t0) * 1e3)
         losses.append(loss.item())
         if step == 0 and hm is not None:
-            hm.end_step()  # interval: plan from step 0 and allocate the arena (others: no-op)
+            hm.end_step()  # plan on step 0's leases and allocate the arenas
     peak = torch.cuda.max_memory_allocated()
     mine = {"rank": rank, "sharding": sharding_info(fsdp), "agreements": agreements,
-            "fingerprints": {a.name: a.plan.fingerprint() for a in hm.allocators() if a.arena is not None}
+            "fingerprints": {a.name: a.plan.fingerprint for a in hm.allocators() if a.arena is not None}
             if hm is not None else {},
             "loss_bits": [struct.pack("<d", x).hex() for x in losses]}
     everyone = [None] * args.world_size
@@ -272,17 +285,11 @@ def train(rank, args, run, out_path):
     if hm is not None:
         pools = []
         for a in hm.allocators():
-            pools.append({
-                "name": a.name, "planner": a.planner,
-                "plan_arena_bytes": a.plan.arena_bytes if a.plan is not None else None,
-                "arena_bytes": a.arena.numel() if a.arena is not None else None,
-                "lower_bound": a.plan.lower_bound if a.plan is not None else None,
-                "stats": dict(a.stats),
-                "fingerprint": a.plan.fingerprint() if a.plan is not None else None,
-                # named as Megatron names its buffers ({name}_{buffer group}_{dtype}_{offset})
-                "slot_bytes": {f"{a.name}_{sl.group}_{sl.key}_{sl.ordinal}": sl.nbytes
-                               for sl in (a.plan.slots if a.arena is not None else []) if sl.nbytes},
-            })
+            r = a.report()
+            r["plan_arena_bytes"] = a.plan.arena_bytes if a.plan is not None else None
+            r["fingerprint"] = a.plan.fingerprint if a.plan is not None else None
+            r.pop("stats")
+            pools.append(r)
         result["pools"] = pools
     if prof is not None:
         result["snapshots"] = [str(p) for p in prof.written]
@@ -335,7 +342,7 @@ def agreed(result, world) -> tuple:
     """(ok, text): every arena of this run was allocated after a fingerprint comparison across
     `world` ranks, on every rank, and the fingerprints are the same everywhere."""
     ranks = result["ranks"]
-    arenas = [p["name"] for p in result["pools"] if p["arena_bytes"] is not None]
+    arenas = [p["name"] for p in result["pools"] if p["arena_bytes"]]
     problems = []
     for r in ranks:
         seen = {a["pool"]: a for a in r["agreements"]}
@@ -387,6 +394,12 @@ def nccl_register(rank, args, out_path):
             return a.allocate(b, numel[b], torch.bfloat16, device,
                               mem_alloc_context=lambda: torch.cuda.use_mem_pool(pool))
 
+        for b in range(len(groups)):  # the learned step: two buckets alive at a time
+            take(b)
+            if b >= 1:
+                a.free(b - 1)
+        a.free(len(groups) - 1)
+        a.end_step()
         held = [take(0), take(1)]
         segments = pool.snapshot()
         base, n = a.arena.data_ptr(), a.arena.numel()
@@ -529,9 +542,15 @@ def mempool_check(args) -> dict:
     pool = torch.cuda.MemPool()
     a = hm.PoolAllocator("mempool_check", groups, dtype_fn=lambda pg: torch.bfloat16)
     device = torch.device("cuda", 0)
-    held = [a.allocate(b, sum(p.numel() for p in g.params), torch.bfloat16, device,
-                       mem_alloc_context=lambda: torch.cuda.use_mem_pool(pool))
-            for b, g in enumerate(groups[:2])]
+    def take(b):
+        return a.allocate(b, sum(p.numel() for p in groups[b].params), torch.bfloat16, device,
+                          mem_alloc_context=lambda: torch.cuda.use_mem_pool(pool))
+
+    for b in range(len(groups)):  # the learned step
+        take(b)
+        a.free(b)
+    a.end_step()
+    held = [take(b) for b in range(2)]
     segments = pool.snapshot()
     base, n = a.arena.data_ptr(), a.arena.numel()
     inside = [s for s in segments if s["address"] <= base and base + n <= s["address"] + s["total_size"]]
@@ -557,18 +576,7 @@ def main() -> int:
     if args.plan_only:
         plan_only(args)
         return 0
-    try:
-        import torch
-    except ImportError:
-        skip("torch is not installed")
-    if not torch.cuda.is_available():
-        skip("no CUDA device")
-    if torch.cuda.device_count() < args.world_size:
-        skip(f"--world-size {args.world_size} needs {args.world_size} GPUs; {torch.cuda.device_count()} here")
-    try:
-        import megatron_fsdp  # noqa: F401
-    except ImportError as e:
-        skip(f"megatron_fsdp is not importable ({e}); pip install --no-deps megatron_fsdp-0.6.1-py3-none-any.whl")
+    require_gpus_and_megatron(args.world_size)
     if not import_headroom():
         skip("headroom's Python package is not importable (pip install . from the repository, or build "
              "with HEADROOM_ENABLE_PYTHON=ON)")
@@ -614,18 +622,17 @@ def main() -> int:
             "losses_bit_equal_to_maxpool": bits_equal,
         }
         if run != "megatron_maxpool":
-            used = [p for p in r["pools"] if p["arena_bytes"] is not None]
+            used = [p for p in r["pools"] if p["arena_bytes"]]
             row["arenas"] = used
             row["arena_equals_plan"] = all(p["arena_bytes"] == p["plan_arena_bytes"] for p in used)
-            row["off_trace_fallbacks"] = sum(p["stats"]["off_trace_fallbacks"] for p in r["pools"])
-            row["moves"] = sum(p["stats"]["moves"] for p in r["pools"])
+            row["fallbacks"] = sum(sum(p["fallbacks"].values()) for p in r["pools"])
             checks.append((f"{run}: losses bit-equal to Megatron MaxPool over {args.steps} steps", bits_equal))
             checks.append((f"{run}: every arena equals its plan ({len(used)} arenas)", bool(used) and row["arena_equals_plan"]))
         rows.append(row)
     theirs = {k: v for k, v in ref["megatron_slot_bytes"].items() if k.startswith("fsdp_")}
-    ours = {k: v for p in results["max"]["pools"] for k, v in p.get("slot_bytes", {}).items()}
-    checks.append((f"max: slots byte-identical to Megatron MaxPool's buffers ({len(theirs)} buffers"
-                   + ("" if ours == theirs else f"; ours {ours}, Megatron's {theirs}") + ")", ours == theirs))
+    ours = pool_bytes(results["max"])
+    checks.append((f"max: the arenas hold Megatron MaxPool's {len(theirs)} buffers ({sum(theirs.values())} B) within "
+                   f"256-byte alignment per buffer ({ours} B)", 0 <= ours - sum(theirs.values()) < 256 * len(theirs)))
     interval = results["interval"]
     planned_saving = ref_pool - pool_bytes(interval)
     measured_saving = ref["peak_allocated"] - interval["peak_allocated"]
@@ -687,8 +694,8 @@ def main() -> int:
               f"{row['step_time_vs_maxpool']:6.3f}  {'bit-equal' if row['losses_bit_equal_to_maxpool'] else 'DIFFER'}")
     for row in rows[1:]:
         print(f"{row['run']:18s} arenas used: " + (", ".join(
-            f"{p['name']} {p['arena_bytes'] / 2**20:.2f} MiB (lower bound {(p['lower_bound'] or 0) / 2**20:.2f})"
-            for p in row["arenas"]) or "none") + f"; moves {row['moves']}, off-trace {row['off_trace_fallbacks']}")
+            f"{p['name']} {p['arena_bytes'] / 2**20:.2f} MiB (bound {(p['bound'] or 0) / 2**20:.2f})"
+            for p in row["arenas"]) or "none") + f"; fallbacks {row['fallbacks']}")
     print("megatron_maxpool   slots: " + ", ".join(
         f"{k} {v / 2**20:.2f} MiB" for k, v in sorted(ref["megatron_slot_bytes"].items())))
     for text, ok in checks:

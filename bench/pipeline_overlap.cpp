@@ -58,9 +58,9 @@ void busy(double units, std::chrono::microseconds unit) {
 
 struct sleeping_stage {
   costs c;
-  hp::pipeline_shape shape;
+  hp::placement where;
   std::chrono::microseconds unit;
-  void run(hp::action_kind k, int stage) { busy(c.of({k, 0, stage, -1}, shape), unit); }
+  void run(hp::action_kind k, int stage) { busy(c.of({k, 0, stage, -1}, where), unit); }
   void forward(hp::forward_args<inline_stream> const& a) { run(hp::action_kind::forward, a.stage); }
   double loss(hp::loss_args<inline_stream> const&) { return 0; }
   void backward(hp::backward_args<inline_stream> const& a) { run(hp::action_kind::backward, a.stage); }
@@ -100,7 +100,7 @@ double run_executor(hp::schedule const& s, costs const& c, std::chrono::microsec
     auto&& comm = wrap(tc);
     headroom::host::aligned_resource resource;
     hp::executor exec(comm, resource, s, bytes);
-    sleeping_stage stage{c, s.shape(), unit};
+    sleeping_stage stage{c, s.placement(), unit};
     tc.barrier();
     auto const t0 = std::chrono::steady_clock::now();
     static_cast<void>(exec.step(stage));
@@ -132,7 +132,7 @@ double run_dataflow(hp::schedule const& s, costs const& c, std::chrono::microsec
             std::unique_lock lock(mutex);
             cv.wait(lock, [&] { return done.count(*need) != 0; });
           }
-          busy(c.of(a, shape), unit);
+          busy(c.of(a, s.placement()), unit);
           if (a.kind != hp::action_kind::backward_weight) {
             std::lock_guard lock(mutex);
             done[{a.kind == hp::action_kind::forward, a.microbatch, a.stage}] = true;
@@ -173,6 +173,7 @@ int main(int argc, char** argv) {
       {"zb_h1 p=4 m=8, stage 0 x1.5", hp::make_schedule<hp::zb_h1>({.stages = 4, .microbatches = 8}), slow0},
       {"1f1b p=4 m=8, stage 0 x1.5", hp::make_schedule<hp::one_f_one_b>({.stages = 4, .microbatches = 8}), slow0},
       {"zb_h1 p=4 m=8", hp::make_schedule<hp::zb_h1>({.stages = 4, .microbatches = 8}), even},
+      {"zbv p=4 m=8 v=2", hp::make_schedule<hp::zbv>({.stages = 4, .microbatches = 8, .chunks = 2}), even},
   };
 
   std::printf("pipeline overlap: step time of one compute order, transfers run three ways, vs the dataflow ideal\n");

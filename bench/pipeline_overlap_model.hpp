@@ -2,6 +2,8 @@
 // The discrete-event model of bench/pipeline_overlap.cpp, shared with bench/pipeline_overlap_nccl.cu:
 // per-action costs in time units, the step time of a schedule's action lists with its transfers
 // run one of three ways (simulate), and the dataflow ideal of the same compute orders (ideal).
+// Any placement (interleaved, V-shape): a stage's rank and the local hand-offs (two consecutive
+// stages of one rank, no transfer) come from the schedule's placement.
 #include <algorithm>
 #include <cstddef>
 #include <map>
@@ -17,14 +19,14 @@ namespace hp = headroom::pipeline;
 
 struct costs {
   double forward = 1, backward = 2, input = 1, weight = 1;
-  double stage0 = 1;  // stage 0's factor (a slower first stage: embeddings, data loading)
+  double stage0 = 1;  // rank 0's factor, all its chunks (a slower first stage: embeddings, data loading)
   double latency = 0;
-  [[nodiscard]] double of(hp::action const& a, hp::pipeline_shape const& shape) const {
+  [[nodiscard]] double of(hp::action const& a, hp::placement const& where) const {
     double const base = a.kind == hp::action_kind::forward    ? forward
                         : a.kind == hp::action_kind::backward ? backward
                         : a.kind == hp::action_kind::backward_input ? input
                                                                     : weight;
-    return shape.rank_of(a.stage) == 0 ? base * stage0 : base;
+    return where.rank_of(a.stage) == 0 ? base * stage0 : base;
   }
 };
 
@@ -44,6 +46,7 @@ inline key key_of(hp::action const& a) {
 // Step time of the action lists under `m`.
 inline double simulate(hp::schedule const& s, costs const& c, mode m) {
   auto const& shape = s.shape();
+  auto const& where = s.placement();
   auto const& lists = s.ranks();
   std::size_t const p = lists.size();
   std::vector<std::size_t> pos(p, 0);
@@ -58,16 +61,18 @@ inline double simulate(hp::schedule const& s, costs const& c, mode m) {
         hp::action const& a = lists[r][pos[r]];
         if (hp::is_compute(a.kind)) {
           double ready = t[r];
-          bool const needs_input = a.kind == hp::action_kind::forward ? a.stage > 0
-                                   : a.kind == hp::action_kind::backward_weight ? false
-                                                                                : !shape.is_last(a.stage);
+          // an input from another rank (a local hand-off is ready: its producer ran before, here)
+          bool const needs_input = a.kind == hp::action_kind::forward ? a.stage > 0 && !where.same_rank(a.stage - 1, a.stage)
+                                   : a.kind == hp::action_kind::backward_weight
+                                       ? false
+                                       : !shape.is_last(a.stage) && !where.same_rank(a.stage + 1, a.stage);
           if (m == mode::deferred && needs_input) {
             key const k{a.kind == hp::action_kind::forward, a.microbatch, a.stage};
             auto const it = send_post.find(k);
             if (it == send_post.end()) break;  // its input has not left the producer yet
             ready = std::max(ready, it->second + c.latency);
           }
-          t[r] = ready + c.of(a, shape);
+          t[r] = ready + c.of(a, where);
         } else if (hp::is_send(a.kind)) {
           key const k = key_of(a);
           if (!posted[r]) send_post[k] = t[r], posted[r] = 1;
@@ -102,6 +107,7 @@ inline double simulate(hp::schedule const& s, costs const& c, mode m) {
 // and its input (the producer's end + latency) is there.
 inline double ideal(hp::schedule const& s, costs const& c) {
   auto const& shape = s.shape();
+  auto const& where = s.placement();
   std::size_t const p = s.ranks().size();
   std::vector<std::vector<hp::action>> order(p);
   for (std::size_t r = 0; r < p; ++r)
@@ -126,7 +132,7 @@ inline double ideal(hp::schedule const& s, costs const& c) {
           if (it == produced.end()) break;
           ready = std::max(ready, it->second + c.latency);
         }
-        t[r] = ready + c.of(a, shape);
+        t[r] = ready + c.of(a, where);
         if (a.kind != hp::action_kind::backward_weight) produced[{a.kind == hp::action_kind::forward, a.microbatch, a.stage}] = t[r];
         ++pos[r];
         moved = true;

@@ -10,5 +10,6 @@
 #include "headroom/cuda/device_resource.hpp"
 #include "headroom/cuda/dtype.hpp"
 #include "headroom/cuda/event.hpp"
+#include "headroom/cuda/graph.hpp"
 #include "headroom/cuda/pinned_resource.hpp"
 #include "headroom/cuda/stream.hpp"

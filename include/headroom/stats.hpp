@@ -2,10 +2,12 @@
 #include "headroom/core/require_cxx20.hpp"
 // headroom::stats — counters, memory reports and reducers across a group (CUDA-free).
 // The CUDA sources and the device staging policy are in headroom/stats/cuda.hpp.
+#include "headroom/stats/checked_report.hpp"
 #include "headroom/stats/counter.hpp"
 #include "headroom/stats/counting_communicator.hpp"
 #include "headroom/stats/dynamic_report.hpp"
 #include "headroom/stats/keys.hpp"
+#include "headroom/stats/phases.hpp"
 #include "headroom/stats/plan.hpp"
 #include "headroom/stats/policies.hpp"
 #include "headroom/stats/reducer.hpp"

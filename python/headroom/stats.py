@@ -7,6 +7,11 @@ max / min / mean and the rank holding the max). Reports travel as fixed-size int
 rank with different keys meets the others in the one collective and every rank raises
 ``collective_mismatch`` together instead of hanging.
 
+A ``CheckedReport`` (what a dict becomes on the wire) never raises for a value: a bad one (a str,
+an int past int64) travels in the same collective as the data, and every rank raises
+``invalid_argument`` naming that rank, the key and the value, with the group ready for the next
+call. Bools stay bools, and int / bool / float are part of the keys' schema.
+
 This module is torch-free: ``max_of`` / ``gather_of`` reduce reports given every rank's values,
 and ``max_with`` / ``gather_with`` run the reduction through any all_reduce(MAX) / all_gather
 callable over int64 arrays (``headroom.torch.stats`` passes torch.distributed's).
@@ -25,40 +30,44 @@ import numpy as np
 
 from ._core import invalid_argument
 from ._core.stats import (
+    CheckedReport,
+    PhasePeaks,
     RankTable,
     ReducePlan,
     Report,
     StatSummary,
+    SteadyState,
     allocator_report_keys,
     gather_of,
     keys,
     max_of,
     memory_report_keys,
     memory_report_schema_hash,
-    pack_dict_values,
     pack_gather,
     pack_max,
-    unpack_dict_values,
     unpack_gather,
     unpack_max,
 )
 
 __all__ = [
-    "Report", "ReducePlan", "RankTable", "StatSummary", "keys", "MEMORY_REPORT_KEYS",
-    "ALLOCATOR_REPORT_KEYS", "report", "memory_report", "max_of", "gather_of", "pack_max",
-    "unpack_max", "pack_gather", "unpack_gather", "pack_dict_values", "unpack_dict_values", "max_with", "gather_with",
-    "memory_report_schema_hash",
+    "Report", "CheckedReport", "ReducePlan", "RankTable", "StatSummary", "SteadyState", "PhasePeaks", "keys",
+    "MEMORY_REPORT_KEYS", "ALLOCATOR_REPORT_KEYS", "report", "memory_report", "max_of", "gather_of", "pack_max",
+    "unpack_max", "pack_gather", "unpack_gather", "max_with", "gather_with", "memory_report_schema_hash",
 ]
 
 MEMORY_REPORT_KEYS = tuple(memory_report_keys())
 ALLOCATOR_REPORT_KEYS = tuple(allocator_report_keys())
 
-ReportLike = Union[Report, Mapping[str, Any]]
+ReportLike = Union[Report, CheckedReport, Mapping[str, Any]]
 
 
-def report(values: ReportLike) -> Report:
+def report(values: Union[Report, Mapping[str, Any]]) -> Report:
     """A Report from a dict (its order is the report's order); ints stay exact int64."""
     return values if isinstance(values, Report) else Report(dict(values))
+
+
+def _wire_report(values: ReportLike):
+    return values if isinstance(values, (Report, CheckedReport)) else CheckedReport(dict(values))
 
 
 def memory_report(memory_stats: Mapping[str, Any]) -> Report:
@@ -78,11 +87,12 @@ def max_with(values: ReportLike, all_reduce_max: Callable[[np.ndarray], np.ndarr
     """Every key's max across ranks through one ``all_reduce_max(words) -> words`` call.
 
     Every rank calls it with the same ``plan`` (default: room for this report's keys) and
-    ``writer`` (-1: the result on every rank; else only there, None elsewhere).
+    ``writer`` (-1: the result on every rank; else only there, None elsewhere). A dict is read
+    as a ``CheckedReport``: a bad value on any rank raises on every rank after the one call.
     """
-    r = report(values)
+    r = _wire_report(values)
     p = plan if plan is not None else ReducePlan(len(r))
-    reduced = np.ascontiguousarray(all_reduce_max(pack_max(r, p, writer, nan)), dtype=np.int64)
+    reduced = np.ascontiguousarray(all_reduce_max(pack_max(r, p, writer, nan, rank)), dtype=np.int64)
     return unpack_max(r, reduced, p, rank, size)
 
 
@@ -91,7 +101,7 @@ def gather_with(values: ReportLike, all_gather: Callable[[np.ndarray], np.ndarra
                 nan: str = "propagate") -> Optional[RankTable]:
     """Every rank's values and a per-key summary through one ``all_gather(words) -> rank-major
     words`` call (``size`` ranks)."""
-    r = report(values)
+    r = _wire_report(values)
     p = plan if plan is not None else ReducePlan(len(r))
-    gathered = np.ascontiguousarray(all_gather(pack_gather(r, p, writer)), dtype=np.int64).reshape(-1)
+    gathered = np.ascontiguousarray(all_gather(pack_gather(r, p, writer, rank)), dtype=np.int64).reshape(-1)
     return unpack_gather(r, gathered, p, rank, size, nan)

@@ -74,25 +74,49 @@ def test_hand_written_schedules_are_validated():
         pipeline.validate(broken)
 
 
-@pytest.mark.parametrize("s", every_kind(), ids=lambda s: f"{s.name}-{s.shape}")
+@pytest.mark.parametrize("s", [s for s in every_kind() if not s.forward_only], ids=lambda s: f"{s.name}-{s.shape}")
 def test_export_import_round_trip(s):
     assert pipeline.from_pytorch(pipeline.to_pytorch(s), name=s.name) == s
     assert pipeline.from_pytorch(pipeline.to_pytorch(s, compute_only=True), name=s.name) == s
     assert pipeline.from_csv(pipeline.to_csv(s), name=s.name) == s
     assert pipeline.from_csv(pipeline.to_csv(s, compute_only=True), name=s.name, shape=s.shape) == s
+    for cells in ({"fsdp": True}, {"send_waits": False, "reduce_grad_waits": False}):
+        assert pipeline.from_csv(pipeline.to_csv(s, **cells), name=s.name) == s
+
+
+def test_full_export_cells_and_refusals():
+    s = pipeline.schedule("one_f_one_b", 2, 2)
+    assert pipeline.to_pytorch(s)[1][-4:] == ["1REDUCE_GRAD", "1WAIT_REDUCE_GRAD", "1WAIT_SEND_B0", "1WAIT_SEND_B1"]
+    assert pipeline.to_pytorch(s, send_waits=False, reduce_grad_waits=False)[1][-1] == "1REDUCE_GRAD"
+    assert pipeline.to_pytorch(s, fsdp=True)[0][0] == "0UNSHARD" and pipeline.to_pytorch(s, fsdp=True)[0][-1] == "0RESHARD"
+    ev = pipeline.schedule("forward_only", 2, 3)
+    with pytest.raises(headroom.invalid_argument, match="schedule 'forward_only' is forward-only"):
+        pipeline.to_pytorch(ev)
+    with pytest.raises(headroom.invalid_argument, match="forward-only"):
+        pipeline.to_csv(ev, compute_only=True)
+    # forward-only rows (as a user writes them) still import as an evaluation schedule
+    assert pipeline.from_csv("0F0,0F1,0F2\r\n1F0,1F1,1F2\r\n", "forward_only") == ev
+    with pytest.raises(headroom.invalid_argument, match="max_active_stages = 0, expected >= 1"):
+        pipeline.to_pytorch(s, fsdp=True, max_active_stages=0)
+    d = pipeline.schedule("dualpipe_v", 2, 4, chunks=2)
+    with pytest.raises(headroom.invalid_argument, match="max_active_stages = 1, expected >= 2"):
+        pipeline.to_pytorch(d, fsdp=True, max_active_stages=1)
 
 
 def test_pytorch_parser_accepts_every_exported_action():
     schedules = pytest.importorskip("torch.distributed.pipelining.schedules",
                                     reason="torch is not installed: PyTorch's own parser cannot be run")
-    for s in every_kind():
-        rows = pipeline.to_pytorch(s)
+    added = ("WAIT_SEND_F", "WAIT_SEND_B", "REDUCE_GRAD", "WAIT_REDUCE_GRAD", "UNSHARD", "RESHARD")
+    for s in (s for s in every_kind() if not s.forward_only):
+        rows = pipeline.to_pytorch(s, fsdp=True)
         for r, row in enumerate(rows):
-            for text, a in zip(row, s.actions(r)):
-                parsed = schedules._Action.from_str(text)
+            parsed_all = [schedules._Action.from_str(text) for text in row]
+            assert [str(a) for a in parsed_all] == row
+            ours = [(text, a) for text, a in zip(row, parsed_all) if a.computation_type.value not in added]
+            assert len(ours) == len(s.actions(r))
+            for (text, parsed), a in zip(ours, s.actions(r)):
                 assert (parsed.stage_index, parsed.computation_type.value, parsed.microbatch_index) == (
                     a.stage, a.pytorch()[len(str(a.stage)):-len(str(a.microbatch))], a.microbatch), text
-                assert str(parsed) == text
         # PyTorch's _Action objects (and None bubbles) come back in as they are
         parsed_rows = [[schedules._Action.from_str(t) for t in row] + [None] for row in rows]
         assert pipeline.from_pytorch(parsed_rows, name=s.name) == s

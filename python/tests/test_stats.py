@@ -1,4 +1,6 @@
 import math
+import pathlib
+import re
 
 import numpy as np
 import pytest
@@ -71,7 +73,7 @@ def test_wire_words_through_a_simulated_collective():
     ranks = [{"a": BIG + r, "b": float(-r)} for r in range(4)]
     plan = stats.ReducePlan(8)
     words = [stats.pack_max(r, plan) for r in ranks]
-    assert all(w.dtype == np.int64 and len(w) == plan.max_words() == 14 for w in words)
+    assert all(w.dtype == np.int64 and len(w) == plan.max_words() for w in words)
     reduced = np.maximum.reduce(words)
     for r in range(4):
         assert stats.unpack_max(ranks[r], reduced, plan, r, 4) == stats.report({"a": BIG + 3, "b": 0.0})
@@ -102,10 +104,14 @@ def test_mismatched_reports_raise_collective_mismatch_on_every_rank():
 
 
 @pytest.mark.parametrize("call, error, message", [
-    (lambda: stats.report({"a": True}), TypeError, r"report\['a'\] = True; expected an int"),
+    (lambda: stats.report({"a": True}), TypeError, r"report\['a'\] = True \(bool\); expected an int"),
+    (lambda: stats.report({"a": np.bool_(True)}), TypeError, r"report\['a'\] = np.True_ \(bool\); expected an int"),
+    (lambda: stats.report({"a": np.datetime64("2020-01-01")}), TypeError, r"datetime64\('2020-01-01'\) \(datetime64\)"),
+    (lambda: stats.report({"a": np.str_("x")}), TypeError, r"report\['a'\] = np.str_\('x'\) \(str_\)"),
+    (lambda: stats.report({"a": 1j}), TypeError, r"report\['a'\] = 1j \(complex\)"),
     (lambda: stats.report({"a": "3"}), TypeError, r"report\['a'\] = '3'"),
     (lambda: stats.report({1: 3}), TypeError, "report key 1; expected a str"),
-    (lambda: stats.report({"a": 2**63}), headroom.invalid_argument, "does not fit in a signed 64-bit"),
+    (lambda: stats.report({"a": 2**63}), headroom.invalid_argument, "= 9223372036854775808 does not fit in int64"),
     (lambda: stats.report({"": 1}), headroom.invalid_argument, "empty key name"),
     (lambda: stats.Report([1, 2]), TypeError, "expected a headroom.stats.Report or a dict"),
     (lambda: stats.report({"a": 1})["b"], headroom.invalid_argument, 'no key "b"'),
@@ -114,16 +120,23 @@ def test_mismatched_reports_raise_collective_mismatch_on_every_rank():
     (lambda: stats.ReducePlan(-1), headroom.invalid_argument, "capacity = -1"),
     (lambda: stats.ReducePlan(2**25), headroom.invalid_argument, "exceeds the maximum"),
     (lambda: stats.unpack_max({"a": 1}, np.zeros(3, dtype=np.int64)), headroom.invalid_argument,
-     "reduced words has 3 words; expected 7"),
-    (lambda: stats.unpack_max({"a": 1}, [0] * 7), TypeError, "expected a 1-d contiguous int64"),
+     "reduced words has 3 words; expected 31"),
+    (lambda: stats.unpack_max({"a": 1}, [0] * 31), TypeError, "expected a 1-d contiguous int64"),
     (lambda: stats.unpack_max({"a": 1, "b": 2}, stats.pack_max({"a": 1, "b": 2}), stats.ReducePlan(1)),
-     headroom.invalid_argument, "reduced words has 8 words; expected 7"),
+     headroom.invalid_argument, "reduced words has 32 words; expected 31"),
+    # another report's words of the right size: refused, never reinterpreted
+    (lambda: stats.unpack_max({"a": 1, "b": 2.0}, stats.pack_max({"x": 1, "y": 2}), None, 0, 1),
+     headroom.collective_mismatch, "not the result of a reduction of this report"),
+    (lambda: stats.unpack_max({"a": 1}, stats.pack_max({"a": 1}), None, 2, 2), headroom.invalid_argument,
+     r"rank 2 of a group of 2; expected 0 <= rank < size"),
+    (lambda: stats.unpack_gather({"a": 1}, stats.pack_gather({"a": 1}), None, -1, 1), headroom.invalid_argument,
+     r"rank -1 of a group of 1"),
     (lambda: stats.unpack_max({"a": 1, "b": 2}, stats.pack_max({"a": 1, "b": 2}, 1), 1), headroom.capacity_error,
      "has 2 keys but the reduce_plan holds 1"),
     (lambda: stats.unpack_max({"a": 1}, stats.pack_max({"a": 1}, None, 5), None, 0, 2), headroom.invalid_argument,
      r"writer rank 5 out of range \[0, 2\)"),
     (lambda: stats.unpack_gather({"a": 1}, stats.pack_gather({"a": 1}), None, 0, 2), headroom.invalid_argument,
-     "gathered words has 4 words; expected 8"),
+     "gathered words has 28 words; expected 56"),
 ])
 def test_bad_input_names_the_value(call, error, message):
     with pytest.raises(error, match=message):
@@ -132,46 +145,151 @@ def test_bad_input_names_the_value(call, error, message):
 
 def test_reduce_plan_sizes():
     p = stats.ReducePlan(5)
-    assert (p.capacity, p.max_words(), p.gather_words_per_rank(), p.gather_words(4)) == (5, 11, 8, 32)
+    assert (p.capacity, p.max_words(), p.gather_words_per_rank(), p.gather_words(4)) == (5, 35, 32, 128)
     assert str(p).startswith("stats::reduce_plan{capacity 5 keys") and p == stats.ReducePlan(5)
-    assert len(stats.pack_gather({"a": 1}, p)) == 8
+    assert len(stats.pack_gather({"a": 1}, p)) == 32
 
 
-def test_dict_values_write_and_read_the_wire_words():
-    """pack_dict_values / unpack_dict_values (the torch adapter's steady state): the words
-    pack_max / pack_gather write for the sorted report, from a dict in another order."""
+def test_steady_state_writes_the_words_of_the_sorted_checked_report():
+    """SteadyState (the torch adapter's fast path): a dict in the caller's order packed into the
+    words pack_max / pack_gather write for the sorted CheckedReport, and read back typed."""
     values = {"z": 1.5, "a": -(2**63), "m": True, "b": math.nan, "y": -0.0, "c": 2**63 - 1, "x": -math.inf,
               "d": False, "e": 2**53 + 1}
-    keys = tuple(values)
-    kinds = b"".join(b"b" if type(v) is bool else b"i" if type(v) is int else b"f" for v in values.values())
-    order = sorted(keys)
-    slots = np.array([order.index(k) for k in keys], dtype=np.int64)
-    r = stats.report({k: int(values[k]) if type(values[k]) is bool else values[k] for k in order})
     plan = stats.ReducePlan(len(values) + 3)
-    ref = stats.pack_max(r, plan)
-    words = np.full(plan.max_words(), np.iinfo(np.int64).min, dtype=np.int64)
-    words[:6] = ref[:6]
-    assert stats.pack_dict_values(values, keys, kinds, slots, words, 6, True)
-    assert (words == ref).all()
-    gref = stats.pack_gather(r, plan)
-    gwords = np.zeros(plan.gather_words_per_rank(), dtype=np.int64)
-    gwords[:3] = gref[:3]
-    assert stats.pack_dict_values(values, keys, kinds, slots, gwords, 3, False)
-    assert (gwords == gref).all()
-    back = stats.unpack_dict_values(words, ref[:6].copy(), keys, kinds, slots, 6, True)
-    assert list(back) == list(keys) and [type(v) for v in back.values()] == [type(v) for v in values.values()]
+    st = stats.SteadyState.of(values, plan, 1, 3)
+    ref = stats.pack_max(stats.CheckedReport(values, sort=True), plan, -1, "propagate", 1)
+    words = st.pack_max(values)
+    assert words is not None and (words == ref).all()
+    gref = stats.pack_gather(stats.CheckedReport(values, sort=True), plan, -1, 1)
+    assert (st.pack_gather(values) == gref).all()
+    back = st.unpack_max(words)
+    assert list(back) == list(values) and [type(v) for v in back.values()] == [type(v) for v in values.values()]
     assert math.isnan(back["b"]) and str(back["y"]) == "-0.0" and back["e"] == 2**53 + 1 and back["a"] == -(2**63)
-    assert {k: v for k, v in back.items() if k != "b"} == {k: v for k, v in values.items() if k != "b"}
-    other = ref[:6].copy()
-    other[0] ^= 1
-    assert stats.unpack_dict_values(words, other, keys, kinds, slots, 6, True) is None
-    # another order, type, key set or an int past int64: False (the caller's general path)
+    # another order, type, key set, an int past int64 or a bad value: None (the general path)
     for changed in (dict(reversed(list(values.items()))), dict(values, e=1.0), dict(values, m=1),
-                    dict(values, e=2**63), dict(values, extra=1), {k: values[k] for k in keys[:-1]}):
-        assert not stats.pack_dict_values(changed, keys, kinds, slots, words.copy(), 6, True)
-    with pytest.raises(headroom.invalid_argument, match="kinds has 2 entries"):
-        stats.pack_dict_values(values, keys, b"ii", slots, words, 6, True)
-    with pytest.raises(headroom.invalid_argument, match="expected 'i', 'b' or 'f'"):
-        stats.pack_dict_values(values, keys, b"q" * len(keys), slots, words, 6, True)
-    with pytest.raises(TypeError, match="writable"):
-        stats.pack_dict_values(values, keys, kinds, slots, words.astype(np.float64), 6, True)
+                    dict(values, e=2**63), dict(values, extra=1), {k: values[k] for k in list(values)[:-1]},
+                    dict(values, e="1"), dict(values, e=np.int64(1))):
+        assert st.pack_max(changed) is None
+    # a header that is not this state's: a fault on another rank, another schema
+    faulty = np.maximum(words, stats.pack_max(dict(values, e="x"), plan, -1, "propagate", 0))
+    assert st.unpack_max(faulty) is None
+    with pytest.raises(headroom.invalid_argument, match=r"rank 0 of 3 has a value that is not a statistic \(key 'e'"):
+        stats.unpack_max(stats.CheckedReport(values, sort=True), faulty, plan, 1, 3)
+    other = np.maximum(words, stats.pack_max(dict(values, m=1), plan))
+    assert st.unpack_max(other) is None
+    gathered = np.concatenate([st.pack_gather(dict(values, e=q)) for q in (5, 9, 9)])
+    cols = dict(zip(st.keys, st.unpack_gather(gathered)))
+    assert cols["e"] == ((5, 9, 9), 1, 0) and cols["m"] == ((True, True, True), 0, 0)
+    assert st.unpack_gather(gathered[:-1]) is None
+    # not a steady state: a tensor-like or numpy value, a bad value, too many keys for the plan
+    assert stats.SteadyState.of(dict(values, e=np.float64(1)), plan, 0, 3) is None
+    assert stats.SteadyState.of(dict(values, e="1"), plan, 0, 3) is None
+    assert stats.SteadyState.of(values, stats.ReducePlan(2), 0, 3) is None
+
+
+def test_a_bad_value_travels_with_the_data_and_every_rank_names_it():
+    """A CheckedReport never raises for a value: its fault is in the words, and unpack raises
+    invalid_argument naming the rank, key and value on every rank (the simulated collective)."""
+    plan = stats.ReducePlan(4)
+    ranks = [{"a": 1, "b": 2.0}, {"a": 2**64, "b": 2.0}, {"a": 3, "b": "x"}]
+    checked = [stats.CheckedReport(r) for r in ranks]
+    assert checked[0].fault is None
+    assert checked[1].fault == "key 'a' = 18446744073709551616; expected an int that fits in int64"
+    assert checked[2].fault == "key 'b' = 'x' (str); expected an int, float or bool"
+    reduced = np.maximum.reduce([stats.pack_max(c, plan, -1, "propagate", q) for q, c in enumerate(checked)])
+    for q in range(3):
+        with pytest.raises(headroom.invalid_argument, match=r"rank 1 of 3 has .*key 'a' = 18446744073709551616"):
+            stats.unpack_max(checked[q], reduced, plan, q, 3)
+    gathered = np.concatenate([stats.pack_gather(c, plan, -1, q) for q, c in enumerate(checked)])
+    for q in range(3):
+        with pytest.raises(headroom.invalid_argument, match=r"rank 1 of 3"):
+            stats.unpack_gather(checked[q], gathered, plan, q, 3)
+    # through max_with: a dict is read as a CheckedReport
+    with pytest.raises(headroom.invalid_argument, match=r"rank 2 of 3 .*key 'b' = 'x'"):
+        stats.max_with(ranks[2], lambda w: np.maximum(w, stats.pack_max(ranks[0], plan)), rank=2, size=3, plan=plan)
+    # bools stay bools, and bool vs int is part of the schema
+    b = stats.CheckedReport({"x": True, "n": np.bool_(False), "f": np.float32(0.5)})
+    assert b.kinds() == ["bool", "bool", "float"] and b.report == stats.report({"x": 1, "n": 0, "f": 0.5})
+    assert b.typed(b.report) == {"x": True, "n": False, "f": 0.5}
+    mixed = np.maximum(stats.pack_max({"c": True}, plan), stats.pack_max({"c": 2**60 + 3}, plan))
+    with pytest.raises(headroom.collective_mismatch, match="differ in keys, order or element types"):
+        stats.unpack_max({"c": True}, mixed, plan, 0, 2)
+    with pytest.raises(headroom.collective_mismatch):
+        stats.unpack_max({"c": 2**60 + 3}, mixed, plan, 1, 2)
+
+
+class _Temporary:
+    """Exports a fresh buffer through __dlpack__ each time: nothing else holds it."""
+
+    def __init__(self, words):
+        self.words = words
+
+    def __dlpack__(self, stream=None, **kw):
+        return self.words.copy().__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.words.__dlpack_device__()
+
+
+def test_words_exported_as_temporaries_are_read_before_they_go():
+    plan = stats.ReducePlan(4096)
+    r = {f"k{i}": i for i in range(4096)}
+    words = stats.pack_max(r, plan)
+    assert stats.unpack_max(r, _Temporary(words), plan) == stats.report(r)
+    gathered = stats.pack_gather(r, plan)
+    assert stats.unpack_gather(r, _Temporary(gathered), plan)["k4095"].max == 4095
+
+
+def test_a_value_whose_index_empties_the_dict_is_read_safely():
+    d = {}
+
+    class Evil:
+        def __index__(self):
+            d.clear()
+            return 7
+
+    d["a"] = Evil()
+    d["b"] = Evil()
+    assert stats.report(d) == stats.report({"a": 7, "b": 7}) or len(stats.report(d)) <= 2
+    d2 = {"a": Evil()}
+    assert stats.CheckedReport(d2).fault is None
+
+
+def test_report_equality_with_anything():
+    r = stats.report({"a": 1})
+    assert (r == None) is False and (r != None) is True  # noqa: E711
+    assert (r == 3) is False and r == stats.report({"a": 1})
+
+
+def test_phase_peaks_keep_each_phases_highest_peak():
+    p = stats.PhasePeaks()
+    p.open("forward")
+    assert p.open_phase == "forward"
+    with pytest.raises(headroom.logic_error, match='phase "forward" is still open; phases do not nest'):
+        p.open("inner")
+    p.close({"allocated_bytes.all.peak": 10, "reserved_bytes.all.peak": 1.5, "num_ooms": 3})
+    p.record("forward", {"allocated_bytes.all.peak": 7, "reserved_bytes.all.peak": 2.5})
+    p.record("optimizer", {"allocated_bytes.all.peak": 4})
+    assert p.report().as_dict() == {"forward/allocated_bytes.all.peak": 10, "forward/reserved_bytes.all.peak": 2.5,
+                                    "optimizer/allocated_bytes.all.peak": 4}
+    with pytest.raises(headroom.logic_error, match="no phase is open"):
+        p.close({})
+    p.clear()
+    assert len(p.report()) == 0
+
+
+LAYOUT = re.compile(
+    r"\b\w*(?:word|reduced|gathered|header)\w*\s*\[[^\]]*\d"  # a numeric offset into wire words
+    r"|2\s*\*\*\s*6[34]|<<\s*(?:40|6[34])|>>\s*(?:40|6[34])|iinfo\(np\.int64\)|view\(np\.float64\)"  # bit layouts
+    r"|_KEY_(?:MAX|MIN)|\border_keys?\b|\bslots\b|\b(?:max|gather)_header\b")
+
+
+def test_python_holds_no_wire_layout():
+    """The stats wire (header words, fault block, slots, order keys) is the C++ reducer's:
+    Python asks C++ (SteadyState, pack_* / unpack_*) and spells no offset or bit pattern."""
+    root = pathlib.Path(headroom.__file__).resolve().parent
+    sources = [root / "stats.py", root / "torch" / "stats.py"]
+    found = [(f.name, n, line.strip()) for f in sources for n, line in enumerate(f.read_text().splitlines(), 1)
+             if LAYOUT.search(line.split("#")[0])]
+    assert not found, found
+    assert LAYOUT.search("words[:6] = header") and LAYOUT.search("b >> 63")  # the check can fail

@@ -427,12 +427,12 @@ TEST_CASE("reducing over split groups (PP within an 8-rank world) stays inside e
 
 TEST_CASE("one reducer serves many steps; the plan prints its wire layout") {
   hs::reduce_plan const plan(64);
-  CHECK(plan.max_words() == 70);
-  CHECK(plan.gather_words_per_rank() == 67);
-  CHECK(plan.gather_words(8) == 536);
+  CHECK(plan.max_words() == 6 + 24 + 64);  // header, fault block, values
+  CHECK(plan.gather_words_per_rank() == 3 + 24 + 64);
+  CHECK(plan.gather_words(8) == 8 * 91);
   std::ostringstream os;
   os << plan;
-  CHECK(os.str().find("1 all_reduce(max, int64) of 70 words") != std::string::npos);
+  CHECK(os.str().find("1 all_reduce(max, int64) of 94 words") != std::string::npos);
   CHECK_THROWS_AS(hs::reduce_plan(hs::reduce_plan::max_capacity + 1), headroom::invalid_argument);
   CHECK_THROWS_AS(static_cast<void>(plan.gather_words(0)), headroom::invalid_argument);
   launch(3, [&](thread_communicator& c) {

@@ -7,8 +7,9 @@
 //   plan.rank(0).peak      // bytes the executor will have live at once on rank 0 (exact)
 //   plan.rank(0).total()   // that plus the stage's parameter bytes
 //
-// The model walks every rank's actions with the executor's buffer rules, so it is exact for the
-// bytes the executor allocates (tests/pipeline/memory_model.cpp checks it against the executor's
+// The model walks every rank's actions with the executor's buffer rules (detail/buffer_walk.hpp:
+// the buffers, with an identity and a lifetime, that plan_buffers also places), so it is exact for
+// the bytes the executor allocates (tests/pipeline/memory_model.cpp checks it against the executor's
 // own counters over schedules x p x m x v):
 //
 //   recv_forward     + input                      send_forward     − output
@@ -22,7 +23,8 @@
 //   overlapped       the allocations of its forward and its backward, then the releases of both
 //
 // Within one action every allocation happens before any release, so the peak counts them
-// together. Outputs kept under retention::all are still held at the end of the step.
+// together; a computation's workspace (a framework's temporaries, stage_bytes::workspace) is
+// live while it runs, on top of them, and never held after. Outputs kept under retention::all are still held at the end of the step.
 //
 // Under transfers::grouped a run of consecutive transfers is one batch: all its receive
 // allocations, then all its sends' releases (transfer_grouping.hpp); the run's peak is reported
@@ -38,6 +40,7 @@
 // copy, so they are counted once, allocated by their producer and freed by their consumer (under
 // kept_until_backward the output stays the producer's and its backward frees it).
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <ostream>
@@ -48,6 +51,7 @@
 #include "headroom/core/bytes.hpp"
 #include "headroom/core/error.hpp"
 #include "headroom/pipeline/action.hpp"
+#include "headroom/pipeline/detail/buffer_walk.hpp"
 #include "headroom/pipeline/output_lifetime.hpp"
 #include "headroom/pipeline/retention.hpp"
 #include "headroom/pipeline/schedule.hpp"
@@ -128,8 +132,8 @@ template <output_retention R, output_lifetime O = outputs::freed_when_sent, tran
   auto const& shape = s.shape();
   bytes.check(shape, "pipeline::predict_memory");
   auto const as_int = [](std::size_t n) {
-    expects<capacity_error>(n <= static_cast<std::size_t>(INT64_MAX / 4), "pipeline::predict_memory: a size of ", n,
-                            " bytes is too large to count, expected <= ", INT64_MAX / 4);
+    expects<capacity_error>(n <= detail::max_walk_bytes, "pipeline::predict_memory: a size of ", n,
+                            " bytes is too large to count, expected <= ", detail::max_walk_bytes);
     return static_cast<std::int64_t>(n);
   };
   // Sums of sizes (each <= 2^61) are checked: many kept outputs could still wrap the count.
@@ -138,76 +142,36 @@ template <output_retention R, output_lifetime O = outputs::freed_when_sent, tran
                             " bytes overflows a 64-bit count");
     return a + b;
   };
-  bool const eval = s.forward_only();
   auto const& where = s.placement();
   std::vector<rank_memory> out;
   for (int r = 0; r < shape.stages; ++r) {
     rank_memory m{.rank = r};
     for (int c = 0; c < shape.chunks; ++c)
       m.parameters = sum(m.parameters, as_int(bytes[where.virtual_stage(r, c)].parameters), r, "parameters");
+    // The walk's buffers, summed per point: a point's allocations, then its releases.
+    auto const w = detail::walk_rank<R, O, T>(s, bytes, r, "pipeline::predict_memory");
+    std::vector<std::int64_t> grow(w.points.size() + 1, 0), shrink(w.points.size() + 1, 0);
+    for (auto const& b : w.buffers) {
+      auto const n = static_cast<std::int64_t>(b.bytes);
+      grow[b.allocated_at] = sum(grow[b.allocated_at], n, r, "live bytes");
+      shrink[b.released_at] += n;
+    }
     std::int64_t live = 0;
     auto const list = s.actions(r);
-    for (std::size_t i = 0; i < list.size();) {
-      struct delta {
-        std::int64_t grow = 0;
-        std::int64_t shrink = 0;
-      };
-      auto const change = [&](action const& a) {
-        auto const& b = bytes.at(a.stage, a.microbatch);
-        std::int64_t const in = as_int(bytes.input(a.stage, a.microbatch));
-        std::int64_t const outb = as_int(b.output);
-        std::int64_t const act = as_int(b.activations);
-        std::int64_t const ws = as_int(b.weight_stash);
-        bool const last = shape.is_last(a.stage);
-        delta d;
-        switch (a.kind) {
-          case action_kind::recv_forward: d.grow = in; break;
-          case action_kind::send_forward: d.shrink = O::until_backward && !eval ? 0 : outb; break;
-          case action_kind::recv_backward: d.grow = outb; break;
-          case action_kind::send_backward: d.shrink = in; break;
-          case action_kind::forward:
-            d.grow = outb + act;
-            if (last && !R::keeps_outputs && (!O::until_backward || eval)) d.shrink = outb;
-            if (eval) d.shrink += act + in;  // no backward: the stash and the input go right away
-            break;
-          case action_kind::backward:
-          case action_kind::backward_input: {
-            d.grow = in + (a.kind == action_kind::backward_input ? ws : 0);
-            // the output's gradient (not on the last stage), and an output still held until now
-            std::int64_t const kept_output = O::until_backward && !(last && R::keeps_outputs) ? outb : 0;
-            // an input handed over locally under kept_until_backward is the previous chunk's
-            // output, still held by it: its backward frees that block
-            bool const viewed_input = O::until_backward && a.stage > 0 && where.rank_of(a.stage - 1) == r;
-            d.shrink = (last ? 0 : outb) + kept_output + act + (viewed_input ? 0 : in);
-            break;
-          }
-          case action_kind::backward_weight: d.shrink = ws; break;
-          case action_kind::overlapped: break;  // split into its parts below
-        }
-        return d;
-      };
-      action const& a = list[i];
-      std::size_t next = i + 1;
-      delta d = change(a);
-      if (a.kind == action_kind::overlapped) {  // both parts allocate, then both release
-        delta const f = change(forward_part(a)), bw = change(backward_part(a));
-        d.grow = sum(f.grow, bw.grow, r, "live bytes");
-        d.shrink = f.shrink + bw.shrink;
-      } else if (T::batched && is_transfer(a.kind)) {  // the run's receives, then its sends' releases
-        for (; next < list.size() && is_transfer(list[next].kind); ++next) {
-          delta const t = change(list[next]);
-          d.grow = sum(d.grow, t.grow, r, "live bytes");
-          d.shrink += t.shrink;
-        }
+    for (std::size_t t = 0; t < w.points.size(); ++t) {
+      live = sum(live, grow[t], r, "live bytes");
+      // A computation's own temporaries (workspace) are live only while it runs (a point of
+      // transfers has none).
+      action const& a = list[w.points[t].action];
+      std::int64_t transient = 0;
+      for (action const& part : a.kind == action_kind::overlapped ? std::array{forward_part(a), backward_part(a)}
+                                                                   : std::array{a, a})
+        if (is_compute(part.kind)) transient = std::max(transient, as_int(bytes.at(part.stage, part.microbatch).workspace));
+      if (std::int64_t const during = sum(live, transient, r, "live bytes"); during > m.peak) {
+        m.peak = during;
+        m.peak_action = w.points[t].action;
       }
-      std::int64_t const grow = d.grow, shrink = d.shrink;
-      live = sum(live, grow, r, "live bytes");
-      if (live > m.peak) {
-        m.peak = live;
-        m.peak_action = i;
-      }
-      live -= shrink;
-      i = next;
+      live -= shrink[t];
     }
     m.held_at_end = live;
     out.push_back(m);

@@ -6,7 +6,7 @@
 //
 //   auto rows = pipeline::pytorch::export_actions(sched);          // rows[r] = {"0F0", "0SEND_F0", ...}
 //   std::string csv = pipeline::pytorch::to_csv(sched, pipeline::pytorch::content::compute_only);
-//   auto back = pipeline::pytorch::from_csv(csv, "imported");      // validated; == sched for comms rows
+//   auto back = pipeline::pytorch::from_csv(csv, "imported");      // validated; == sched
 //
 // One action is [stage][type][microbatch]: the virtual stage index, the type F (forward),
 // B (full backward), I (backward input), W (backward weight), SEND_F, RECV_F, SEND_B, RECV_B,
@@ -14,21 +14,40 @@
 // stage for SEND_*, the receiver's for RECV_*). Rows carry no placement: import takes stage s
 // on rank s mod p when the rows fit it, else PyTorch's "v" style, else the placement passed.
 //
+// The full export (content::compute_comms) is what _PipelineScheduleRuntime._load_csv(path,
+// format="compute_comms") runs as it is, so it carries the cells PyTorch's own lowering adds
+// (_add_unshard_reshard, _add_reduce_grad, _add_send_recv, _add_wait_send), in their positions:
+//   - WAIT_SEND_F s k right after this rank's backward (B or I) of stage s, micro-batch k: that
+//     backward proves the peer received the activation; every other send (SEND_B, and a SEND_F
+//     whose backward never comes) is waited at the end of the row, in the order of the sends;
+//   - REDUCE_GRAD s (then WAIT_REDUCE_GRAD s) after the m-th backward (B or W) of stage s and
+//     the send that backward makes: the runtime divides the gradients by m there (scale_grads),
+//     and with FSDP starts the reduce-scatter; without it a step trains with m-times gradients;
+//   - with fsdp, UNSHARD / RESHARD before each computation as _add_unshard_reshard places them
+//     for max_active_stages (the stages of the next computations stay resident), the rest
+//     resharded at the end.
+// PyTorch runtimes older than the wait and reduce-wait types cannot parse those cells (they wait
+// for every send at the end of a step): export_options says which the target runtime has.
+// A forward-only (evaluation) schedule is refused: PyTorch's validator requires a backward for
+// every forward, and its eval() runs a training schedule forwards only.
+//
 // Import reads every cell PyTorch writes: an empty cell (a bubble) is skipped; the synchronising
 // and FSDP actions WAIT_SEND_F, WAIT_SEND_B, UNSHARD, RESHARD, REDUCE_GRAD and WAIT_REDUCE_GRAD
 // are skipped (headroom's executor has blocking transfers and no sharding: they change no
 // dependency it checks); "(a;b)OVERLAP_F_B" is read as its sub-actions a then b. Rows with
 // compute actions only get their transfers placed as the generators place theirs
 // (place_transfers); rows with transfers are taken as they are. Rows with no gradient action
-// (no B, I, W, SEND_B, RECV_B) are a forward-only (evaluation) schedule, as PyTorch's eval()
-// runs and the forward_only generator makes. Either way the result is validated, so a
-// malformed row throws invalid_argument naming the rank, column and text.
+// (no B, I, W, SEND_B, RECV_B) are a forward-only (evaluation) schedule, as the forward_only
+// generator makes. Either way the result is validated, so a malformed row throws
+// invalid_argument naming the rank, column and text.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -69,22 +88,203 @@ enum class content : std::uint8_t { compute_comms, compute_only };
   return std::to_string(a.stage) + std::string(type_code(a.kind)) + std::to_string(a.microbatch);
 }
 
-/// One row per rank, in execution order.
+/// The cells a full export carries besides computations and transfers, as the target runtime
+/// needs them. REDUCE_GRAD is always there: a training step without it runs with gradients m
+/// times too large.
+struct export_options {
+  bool send_waits = true;         ///< WAIT_SEND_F / WAIT_SEND_B, one per send (runtimes that have them require them)
+  bool reduce_grad_waits = true;  ///< WAIT_REDUCE_GRAD after each REDUCE_GRAD (runtimes that have the type)
+  bool fsdp = false;              ///< UNSHARD / RESHARD: the stages are FSDP-wrapped
+  int max_active_stages = 3;      ///< with fsdp: stages resident at once (PyTorch's default 3)
+};
+
+namespace detail {
+
+[[nodiscard]] inline std::string cell(int stage, std::string_view type) { return std::to_string(stage) + std::string(type); }
+[[nodiscard]] inline std::string cell(int stage, std::string_view type, int microbatch) {
+  return cell(stage, type) + std::to_string(microbatch);
+}
+// The computations an action stands for: itself, or an overlapped action's forward then backward.
+[[nodiscard]] inline std::vector<action> parts_of(action const& a) {
+  if (a.kind == action_kind::overlapped) return {forward_part(a), backward_part(a)};
+  return {a};
+}
+
+// _add_unshard_reshard over one rank's computations: before[i] holds the RESHARD and UNSHARD
+// cells that go before computation i; after_all the RESHARDs of the stages still resident at the
+// end. The next `window` distinct stages from computation i (every stage of the computation that
+// reaches the count, as PyTorch keeps an overlapped action whole) stay resident; the others are
+// resharded, and the missing ones unsharded in the order they come.
+struct fsdp_cells {
+  std::vector<std::vector<std::string>> before;
+  std::vector<std::string> after_all;
+};
+[[nodiscard]] inline fsdp_cells unshard_reshard(std::vector<action> const& computations, int window) {
+  std::size_t const n = computations.size();
+  std::vector<std::vector<std::size_t>> occurrences;  // per stage seen: the computations using it
+  std::vector<int> stages;                            // the stages, in order of first use
+  auto const slot = [&](int stage) {
+    auto const it = std::find(stages.begin(), stages.end(), stage);
+    if (it != stages.end()) return static_cast<std::size_t>(it - stages.begin());
+    stages.push_back(stage);
+    occurrences.emplace_back();
+    return stages.size() - 1;
+  };
+  std::vector<std::vector<std::size_t>> slots_of(n);  // per computation: its stages' slots, in part order
+  for (std::size_t i = 0; i < n; ++i)
+    for (auto const& part : parts_of(computations[i])) {
+      auto const s = slot(part.stage);
+      if (std::find(slots_of[i].begin(), slots_of[i].end(), s) == slots_of[i].end()) slots_of[i].push_back(s);
+      if (occurrences[s].empty() || occurrences[s].back() != i) occurrences[s].push_back(i);
+    }
+  // The next use of each stage at or after i, ordered by (computation, part): std::set keeps
+  // the next stages in the order PyTorch's scan finds them.
+  std::vector<std::size_t> cursor(stages.size(), 0);
+  auto const part_index = [&](std::size_t i, std::size_t s) {
+    return static_cast<std::size_t>(std::find(slots_of[i].begin(), slots_of[i].end(), s) - slots_of[i].begin());
+  };
+  std::set<std::tuple<std::size_t, std::size_t, std::size_t>> upcoming;  // (computation, part, slot)
+  for (std::size_t s = 0; s < stages.size(); ++s) upcoming.emplace(occurrences[s][0], part_index(occurrences[s][0], s), s);
+  fsdp_cells out;
+  out.before.resize(n);
+  std::vector<std::size_t> active;  // resident slots, in the order they were unsharded
+  for (std::size_t i = 0; i < n; ++i) {
+    std::vector<std::size_t> next;  // the resident window from computation i
+    std::size_t reached_at = n;
+    for (auto const& [at, part, s] : upcoming) {
+      if (next.size() >= static_cast<std::size_t>(window) && at != reached_at) break;
+      next.push_back(s);
+      if (next.size() >= static_cast<std::size_t>(window) && reached_at == n) reached_at = at;
+    }
+    auto const in = [](std::vector<std::size_t> const& v, std::size_t s) { return std::find(v.begin(), v.end(), s) != v.end(); };
+    std::vector<std::size_t> kept;
+    for (std::size_t const s : active)
+      if (in(next, s)) kept.push_back(s);
+      else out.before[i].push_back(cell(stages[s], "RESHARD"));
+    active = kept;
+    for (std::size_t const s : next)
+      if (!in(active, s)) {
+        active.push_back(s);
+        out.before[i].push_back(cell(stages[s], "UNSHARD"));
+      }
+    for (std::size_t const s : slots_of[i]) {  // computation i is done with: move to the stage's next use
+      upcoming.erase({i, part_index(i, s), s});
+      if (++cursor[s] < occurrences[s].size()) {
+        std::size_t const j = occurrences[s][cursor[s]];
+        upcoming.emplace(j, part_index(j, s), s);
+      }
+    }
+  }
+  for (std::size_t const s : active) out.after_all.push_back(cell(stages[s], "RESHARD"));
+  return out;
+}
+
+// Rank `rank`'s row of the full export (see the header comment for what goes where).
+[[nodiscard]] inline std::vector<std::string> runtime_row(schedule const& s, int rank, export_options const& opt) {
+  auto const list = s.actions(rank);
+  auto const& where = s.placement();
+  auto const m = s.shape().microbatches;
+  std::vector<action> computations;
+  for (auto const& a : list)
+    if (is_compute(a.kind)) computations.push_back(a);
+  fsdp_cells fsdp;
+  if (opt.fsdp) fsdp = unshard_reshard(computations, opt.max_active_stages);
+
+  std::vector<std::string> row;
+  std::vector<action> pending_sends;  // sends not yet waited, in the order they were made
+  std::vector<int> backwards(static_cast<std::size_t>(s.shape().virtual_stages()), 0);
+  action reduce_after_send{};  // the send after which a REDUCE_GRAD goes, when reduce_stage >= 0
+  int reduce_stage = -1;
+  auto const reduce = [&](int stage) {
+    row.push_back(cell(stage, "REDUCE_GRAD"));
+    if (opt.reduce_grad_waits) row.push_back(cell(stage, "WAIT_REDUCE_GRAD"));
+  };
+  std::size_t c = 0;  // computations seen
+  for (auto const& a : list) {
+    if (is_compute(a.kind)) {
+      if (opt.fsdp) row.insert(row.end(), fsdp.before[c].begin(), fsdp.before[c].end());
+      ++c;
+      row.push_back(to_string(a));
+      std::vector<int> reduced;
+      for (auto const& part : parts_of(a)) {
+        bool const input_grad = part.kind == action_kind::backward || part.kind == action_kind::backward_input;
+        if (input_grad && opt.send_waits) {  // WAIT_SEND_F of the forward this backward consumed
+          auto const it = std::find_if(pending_sends.begin(), pending_sends.end(), [&](action const& x) {
+            return x.kind == action_kind::send_forward && x.stage == part.stage && x.microbatch == part.microbatch;
+          });
+          if (it != pending_sends.end()) {
+            row.push_back(cell(part.stage, "WAIT_SEND_F", part.microbatch));
+            pending_sends.erase(it);
+          }
+        }
+        if ((part.kind == action_kind::backward || part.kind == action_kind::backward_weight) &&
+            ++backwards[static_cast<std::size_t>(part.stage)] == m)
+          reduced.push_back(part.stage);
+      }
+      for (int const st : reduced) {
+        // A backward that sends its input gradient to another rank reduces after that send.
+        bool const sends = st > 0 && where.rank_of(st - 1) != rank && a.kind != action_kind::backward_weight;
+        if (sends) {
+          reduce_after_send = action{action_kind::send_backward, parts_of(a).back().microbatch, st, where.rank_of(st - 1)};
+          reduce_stage = st;
+        } else {
+          reduce(st);
+        }
+      }
+      continue;
+    }
+    row.push_back(to_string(a));
+    if (is_send(a.kind)) pending_sends.push_back(a);
+    if (reduce_stage >= 0 && reduce_after_send == a) {
+      reduce(reduce_stage);
+      reduce_stage = -1;
+    }
+  }
+  if (opt.fsdp) row.insert(row.end(), fsdp.after_all.begin(), fsdp.after_all.end());
+  if (opt.send_waits)
+    for (auto const& x : pending_sends)
+      row.push_back(cell(x.stage, x.kind == action_kind::send_forward ? "WAIT_SEND_F" : "WAIT_SEND_B", x.microbatch));
+  return row;
+}
+
+}  // namespace detail
+
+/// One row per rank, in execution order. Throws invalid_argument for a forward-only schedule
+/// (PyTorch's runtime refuses one: export the training schedule and run its eval()) and for
+/// fsdp with max_active_stages below 1, or below 2 when an overlapped action runs two stages.
 [[nodiscard]] inline std::vector<std::vector<std::string>> export_actions(schedule const& s,
-                                                                          content what = content::compute_comms) {
+                                                                          content what = content::compute_comms,
+                                                                          export_options const& opt = {}) {
+  expects(!s.forward_only(), "pipeline::pytorch::export_actions: schedule '", s.name(),
+          "' is forward-only; PyTorch's _PipelineScheduleRuntime refuses a schedule without a backward for every "
+          "forward (its validator), expected a training schedule (its eval() runs one forwards only)");
+  if (opt.fsdp) {
+    int need = 1;
+    for (auto const& list : s.ranks())
+      for (auto const& a : list)
+        if (a.kind == action_kind::overlapped && a.stage != a.backward_stage) need = 2;
+    expects(opt.max_active_stages >= need, "pipeline::pytorch::export_actions: max_active_stages = ",
+            opt.max_active_stages, ", expected >= ", need,
+            need == 2 ? " (an overlapped action computes on two stages at once)" : " (a stage must be resident to compute)");
+  }
   std::vector<std::vector<std::string>> rows;
-  for (auto const& list : s.ranks()) {
+  for (int r = 0; r < s.shape().stages; ++r) {
+    if (what == content::compute_comms) {
+      rows.push_back(detail::runtime_row(s, r, opt));
+      continue;
+    }
     auto& row = rows.emplace_back();
-    for (auto const& a : list)
-      if (what == content::compute_comms || is_compute(a.kind)) row.push_back(to_string(a));
+    for (auto const& a : s.actions(r))
+      if (is_compute(a.kind)) row.push_back(to_string(a));
   }
   return rows;
 }
 
 /// The rows as PyTorch's _dump_csv writes them: one line per rank, cells joined by commas.
-[[nodiscard]] inline std::string to_csv(schedule const& s, content what = content::compute_comms) {
+[[nodiscard]] inline std::string to_csv(schedule const& s, content what = content::compute_comms,
+                                        export_options const& opt = {}) {
   std::string out;
-  for (auto const& row : export_actions(s, what)) {
+  for (auto const& row : export_actions(s, what, opt)) {
     for (std::size_t i = 0; i < row.size(); ++i) {
       if (i > 0) out += ',';
       out += row[i];

@@ -11,6 +11,10 @@
 //                 only zero-bubble schedules allocate it
 //   parameters    weights, gradients and optimizer state of the chunk: constant over the step,
 //                 owned by the caller, added to the prediction but never allocated by the executor
+//   workspace     what one computation of the stage allocates and frees within itself (a
+//                 framework's temporaries: the loss's softmax gradient, kernel workspaces): never
+//                 held, added to the live bytes while the computation runs; 0 for headroom's
+//                 executor, which allocates none
 #include <cstddef>
 #include <ostream>
 #include <utility>
@@ -26,11 +30,14 @@ struct stage_bytes {
   std::size_t output = 0;
   std::size_t weight_stash = 0;
   std::size_t parameters = 0;
+  std::size_t workspace = 0;
 
   friend constexpr bool operator==(stage_bytes const&, stage_bytes const&) noexcept = default;
   friend std::ostream& operator<<(std::ostream& os, stage_bytes const& b) {
-    return os << "{activations " << b.activations << ", output " << b.output << ", weight_stash " << b.weight_stash
-              << ", parameters " << b.parameters << "}";
+    os << "{activations " << b.activations << ", output " << b.output << ", weight_stash " << b.weight_stash
+       << ", parameters " << b.parameters;
+    if (b.workspace != 0) os << ", workspace " << b.workspace;
+    return os << "}";
   }
 };
 

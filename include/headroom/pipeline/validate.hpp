@@ -52,7 +52,13 @@ namespace detail {
   std::string const head = concat("pipeline::validate(", s.name(), ", ", shape, "): rank ", rank, ' ');
   bool const eval = s.forward_only();
   constexpr std::size_t kinds = 8;
-  std::vector<std::array<long, kinds>> at(static_cast<std::size_t>(shape.microbatches) * static_cast<std::size_t>(vs));
+  // One slot per (micro-batch, chunk of this rank): every action marked is on this rank (checked
+  // first), so the table is m·v, not m·p·v, and validating all ranks takes time linear in m·p·v.
+  auto const chunks = static_cast<std::size_t>(shape.chunks);
+  auto const slot_index = [&](int microbatch, int stage) {
+    return static_cast<std::size_t>(microbatch) * chunks + static_cast<std::size_t>(where.chunk_of(stage));
+  };
+  std::vector<std::array<long, kinds>> at(static_cast<std::size_t>(shape.microbatches) * chunks);
   for (auto& row : at) row.fill(-1);
 
   for (std::size_t i = 0; i < list.size(); ++i) {
@@ -94,8 +100,7 @@ namespace detail {
     }
     // An overlapped action counts as its forward and its backward, both at index i.
     for (action const& part : ov ? std::array{forward_part(a), backward_part(a)} : std::array{a, a}) {
-      auto& mark = at[static_cast<std::size_t>(part.microbatch) * static_cast<std::size_t>(vs) + static_cast<std::size_t>(part.stage)]
-                     [static_cast<std::size_t>(part.kind)];
+      auto& mark = at[slot_index(part.microbatch, part.stage)][static_cast<std::size_t>(part.kind)];
       if (mark >= 0 && mark != static_cast<long>(i))
         return bad("repeats action ", mark, "; each action runs once per micro-batch and stage");
       mark = static_cast<long>(i);
@@ -106,7 +111,7 @@ namespace detail {
     for (int c = 0; c < shape.chunks; ++c) {
       int const st = where.virtual_stage(rank, c);
       auto const slot_of = [&](int stage) -> auto const& {
-        return at[static_cast<std::size_t>(k) * static_cast<std::size_t>(vs) + static_cast<std::size_t>(stage)];
+        return at[slot_index(k, stage)];  // called for this rank's stages only
       };
       auto const& slot = slot_of(st);
       auto const when = [&](action_kind kind) { return slot[static_cast<std::size_t>(kind)]; };

@@ -61,6 +61,7 @@
 #include "headroom/core/event.hpp"
 #include "headroom/core/resource.hpp"
 #include "headroom/core/stream.hpp"
+#include "headroom/pool/detail/capture_state.hpp"
 #include "headroom/pool/detail/off_trace.hpp"
 #include "headroom/pool/detail/stream_order.hpp"
 #include "headroom/pool/interval.hpp"
@@ -108,6 +109,8 @@ class unit_pool {
   /// through the pool.
   using lease = unit_lease<unit_pool>;
   friend lease;
+  template <class Pool>
+  friend class capture_scope;  // capture.hpp
 
   /// Allocates the arena (and persistent buffers) from `upstream` on `stream`, which is also
   /// the stream the memory is returned on when the pool dies.
@@ -191,6 +194,8 @@ class unit_pool {
       detail::fail<logic_error>("unit_pool::release: lease of ", describe_target(l.target_), " from acquisition ",
                                 l.epoch_, " was already released (current acquisition ", t.epoch, ", holders ",
                                 t.holders, ")");
+    if (capture_ != nullptr) [[unlikely]]
+      capture_->check_release(l.target_, t.epoch, t.holders, describe_target(l.target_));
     // One event for every slot this release frees: the point after which they may be reused.
     // Recorded first (may throw a CUDA error): the lease stays valid when it does.
     std::uint32_t event = none;
@@ -423,6 +428,8 @@ class unit_pool {
   // Re-fetches and scratch space; the work is acquire_slots, compiled apart for interval plans
   // (fixed and max plans have no byte sharing, no off-trace acquires).
   lease acquire_target(std::uint32_t t, Stream const& s) {
+    if (capture_ != nullptr) [[unlikely]]
+      capture_check_acquire(t);
     auto& tg = targets_[t];
     if (tg.holders > 0) {  // re-fetch: same slots, no state change
       ++tg.holders;
@@ -516,6 +523,26 @@ class unit_pool {
       if (moved != 0) [[unlikely]]
         report_moves(l, moved, s);
     return l;
+  }
+
+  // Under a capture scope (capture.hpp): an acquire that would take upstream memory (dynamic
+  // buckets, or an off-trace fallback) throws before anything changes.
+  void capture_check_acquire(std::uint32_t t) const {
+    auto const& tg = targets_[t];
+    if (tg.holders > 0) return;  // a re-fetch takes nothing
+    if (tg.dynamic_buckets != 0)
+      detail::fail<logic_error>("unit_pool::acquire: ", describe_target(t), " of plan '", plan_.workload_name, "' has ",
+                                tg.dynamic_buckets, " bucket(s) outside the arena, served from the upstream at each "
+                                "acquire (NonUnit = dynamic), inside a capture scope: an allocation there synchronises "
+                                "or breaks the graph. Plan the unit, or use NonUnit = persistent");
+    if (interval_ && is_unit(t)) {
+      auto const held = sharing_.held_sharer(t, [&](std::uint32_t v) { return targets_[v].holders > 0 && targets_[v].in_arena; });
+      if (held != none)
+        detail::fail<logic_error>("unit_pool::acquire: ", describe_target(t), " shares arena bytes with ",
+                                  describe_target(held), ", which is held, inside a capture scope of plan '",
+                                  plan_.workload_name, "': an off-trace acquire cannot be captured (it would take "
+                                  "upstream memory or fail in the graph). Release ", describe_target(held), " first");
+    }
   }
 
   // Interval plans: a unit sharing `t`'s bytes is held in its slots (reject_off_trace throws).
@@ -625,6 +652,7 @@ class unit_pool {
   std::vector<bucket_state> buckets_;
   std::vector<std::uint32_t> holder_;  // per slot: the target holding it, or none
   detail::stream_order<Stream, Event> order_;  // per slot: the release a reuse must follow
+  detail::capture_state* capture_ = nullptr;   // the open capture scope's state (capture.hpp)
   detail::byte_sharing sharing_;               // interval plans: units sharing bytes
   std::vector<std::uint64_t> free_mask_;  // per shape: bit g set = group g free
   pool_stats stats_;

@@ -8,11 +8,16 @@
 // calling a collective of another size (a hang on NCCL and MPI). So the plan must be the same
 // on every rank: build it from a constant, or from the typed report's size.
 //
-//   max:    1 all_reduce(max, int64) of max_words() = 6 + capacity
+//   max:    1 all_reduce(max, int64) of max_words() = 6 + 24 + capacity
 //           header: schema hash, ~hash, key count, ~count, writer, ~writer (max of ~x is ~min x,
-//           so one max gives every rank both the max and the min of each header word)
-//   gather: 1 all_gather(int64) of gather_words_per_rank() = 3 + capacity per rank
-//           header: schema hash, key count, writer
+//           so one max gives every rank both the max and the min of each header word), then
+//           the fault block
+//   gather: 1 all_gather(int64) of gather_words_per_rank() = 3 + 24 + capacity per rank
+//           header: schema hash, key count, writer, then the fault block
+//   fault block: fault_words words, INT64_MIN on a rank whose input is valid; on a rank whose
+//           input is not (checked_report), its rank and the sentence naming the key and value
+//           (detail/wire.hpp), so the collective that carries the data also tells every rank
+//           that a rank's input was bad, which rank, and why.
 #include <cstddef>
 #include <cstdint>
 #include <ostream>
@@ -25,8 +30,11 @@ namespace headroom::stats {
 
 class reduce_plan {
  public:
-  static constexpr std::size_t max_header_words = 6;
-  static constexpr std::size_t gather_header_words = 3;
+  /// Words of the fault block, and the bytes of the fault's sentence they carry.
+  static constexpr std::size_t fault_words = 24;
+  static constexpr std::size_t fault_text_bytes = fault_words * 5;
+  static constexpr std::size_t max_header_words = 6 + fault_words;
+  static constexpr std::size_t gather_header_words = 3 + fault_words;
   /// The most value slots a plan may have (the wire holds counts as int64; 2^24 keys is far
   /// beyond any report and keeps buffer sizes from overflowing).
   static constexpr std::size_t max_capacity = std::size_t{1} << 24;

@@ -15,9 +15,13 @@
 // Nothing happens (no collective, the input comes back) for a group of one rank, for a typed
 // report with no fields, and for an empty dynamic report under skip_when_empty.
 //
-// Safety: the schema hash, key count and writer travel in the same collective (plan.hpp), so
-// ranks whose reports differ in keys, order or kinds, or name different writers, all throw the
-// same error after the collective. No rank throws before it, so none is left waiting.
+// Safety: the schema hash, key count, writer and a fault block travel in the same collective
+// (plan.hpp), so ranks whose reports differ in keys, order or kinds, or name different writers,
+// all throw the same error after the collective. No rank throws before it, so none is left
+// waiting. A stats::checked_report that holds a bad value (a uint64 above INT64_MAX, a value of
+// a wrong type) still joins the collective: every rank then throws invalid_argument naming that
+// rank, the key and the value, and the group has done one collective everywhere (usable next).
+// The max of a checked_report is a dynamic_report (bools as 0 / 1; checked_report::is_bool).
 //
 //   stats::reducer<> reduce(stats::reduce_plan(64));      // same plan on every rank
 //   auto peak = reduce.max(local_report, pp_comm);        // every rank
@@ -31,6 +35,7 @@
 
 #include "headroom/core/communicator.hpp"
 #include "headroom/core/error.hpp"
+#include "headroom/stats/checked_report.hpp"
 #include "headroom/stats/detail/wire.hpp"
 #include "headroom/stats/dynamic_report.hpp"
 #include "headroom/stats/plan.hpp"
@@ -41,9 +46,14 @@
 
 namespace headroom::stats {
 
-/// What the reducers accept: a typed report or a dynamic_report.
+/// What the reducers accept: a typed report, a dynamic_report or a checked_report.
 template <class R>
-concept reducible_report = typed_report<R> || std::same_as<std::remove_cvref_t<R>, dynamic_report>;
+concept reducible_report = typed_report<R> || std::same_as<std::remove_cvref_t<R>, dynamic_report> ||
+                           std::same_as<std::remove_cvref_t<R>, checked_report>;
+
+/// What max returns for a report of type R: R itself, or a dynamic_report for a checked_report.
+template <class R>
+using max_result = std::conditional_t<std::same_as<R, checked_report>, dynamic_report, R>;
 
 namespace detail {
 /// The communicator behind a reducer argument passed by reference or by pointer.
@@ -93,19 +103,22 @@ class reducer {
   /// Every key's max across the group, on every rank.
   template <reducible_report R, communicator C>
     requires staging_for<Staging, C>
-  [[nodiscard]] R max(R const& r, C& comm, typename C::stream_type const& s = {}) {
+  [[nodiscard]] max_result<R> max(R const& r, C& comm, typename C::stream_type const& s = {}) {
     return *run_max(r, comm, s, -1);
   }
   /// As max; a null communicator (not distributed) returns the input.
   template <reducible_report R, communicator C>
     requires staging_for<Staging, C>
-  [[nodiscard]] R max(R const& r, C* comm, typename C::stream_type const& s = {}) {
-    return comm == nullptr ? r : max(r, *comm, s);
+  [[nodiscard]] max_result<R> max(R const& r, C* comm, typename C::stream_type const& s = {}) {
+    if (comm != nullptr) return max(r, *comm, s);
+    check_alone(r, -1, max_name);
+    return detail::values_of(r);
   }
   /// As max, delivered on `writer` only (std::nullopt elsewhere). Every rank passes the same writer.
   template <reducible_report R, communicator C>
     requires staging_for<Staging, C>
-  [[nodiscard]] std::optional<R> max_to(int writer, R const& r, C& comm, typename C::stream_type const& s = {}) {
+  [[nodiscard]] std::optional<max_result<R>> max_to(int writer, R const& r, C& comm,
+                                                    typename C::stream_type const& s = {}) {
     return run_max(r, comm, s, writer);
   }
 
@@ -160,12 +173,15 @@ class reducer {
   template <class R>
   [[nodiscard]] static bool nothing_to_send(R const& r) {
     if constexpr (typed_report<R>) return R::empty();
-    else return Empty::skips && r.empty();
+    else return Empty::skips && r.empty() && detail::fault_of(r) == nullptr;
   }
 
   // One rank: no collective; the same checks as the group would make, done locally.
   template <class R>
   void check_alone(R const& r, int writer, char const* what) const {
+    if (auto const* f = detail::fault_of(r))
+      throw invalid_argument(headroom::detail::concat(what, ": this rank has a value that is not a statistic (",
+                                                      f->sentence(), ")"));
     std::size_t const n = detail::report_access<R>::size(r);
     expects<capacity_error>(n <= plan_.capacity(), what, ": the report has ", n, " keys but the reduce_plan holds ",
                             plan_.capacity());
@@ -173,17 +189,17 @@ class reducer {
   }
 
   template <class R, class C>
-  std::optional<R> run_max(R const& r, C& comm, typename C::stream_type const& s, int writer) {
-    if (nothing_to_send(r)) return r;
+  std::optional<max_result<R>> run_max(R const& r, C& comm, typename C::stream_type const& s, int writer) {
+    if (nothing_to_send(r)) return detail::values_of(r);
     int const size = comm.size();
     if (size == 1) {
       check_alone(r, writer, max_name);
-      return r;
+      return detail::values_of(r);
     }
     int const rank = comm.rank();
     std::span<std::int64_t> const words(send_.data(), plan_.max_words());
     std::span<std::int64_t> const result(recv_.data(), plan_.max_words());
-    detail::pack_max(r, writer, Nan::propagates, words);
+    detail::pack_max(r, writer, Nan::propagates, words, rank);
     staging_.all_reduce_max(comm, std::span<std::int64_t const>(words), result, s);
     int const agreed_writer =
         detail::check_max_header(r, std::span<std::int64_t const>(result), plan_.capacity(), rank, size, max_name);
@@ -205,7 +221,7 @@ class reducer {
     if (gather_recv_.size() < total) gather_recv_.resize(total);
     std::span<std::int64_t> const words(send_.data(), per_rank);
     std::span<std::int64_t> const all(gather_recv_.data(), total);
-    detail::pack_gather(r, writer, words);
+    detail::pack_gather(r, writer, words, rank);
     staging_.all_gather(comm, std::span<std::int64_t const>(words), all, s);
     std::span<std::int64_t const> const view(all);
     int const agreed_writer = detail::check_gather_headers(r, view, per_rank, plan_.capacity(), rank, size, gather_name);

@@ -50,6 +50,13 @@ pipeline_shape shape_of(int_arg stages, int_arg microbatches, int_arg chunks, in
   return s;
 }
 
+int checked_stage(pipeline_shape const& s, nb::handle h, char const* who) {
+  int const st = as_int(h, "virtual_stage");
+  expects(st >= 0 && st < s.virtual_stages(), who, ": virtual stage ", st, " out of range [0, ", s.virtual_stages(),
+          ") for p = ", s.stages, ", v = ", s.chunks);
+  return st;
+}
+
 action_kind kind_of(nb::handle h) {
   return static_cast<action_kind>(as_choice(h, "action kind",
                                             {"forward", "backward", "backward_input", "backward_weight", "send_forward",
@@ -210,6 +217,11 @@ std::vector<std::vector<int>> stage_table(nb::handle h) {
   return out;
 }
 
+pytorch::export_options export_options_of(bool send_waits, bool reduce_grad_waits, bool fsdp, int_arg max_active_stages) {
+  return {.send_waits = send_waits, .reduce_grad_waits = reduce_grad_waits, .fsdp = fsdp,
+          .max_active_stages = as_int(max_active_stages, "max_active_stages")};
+}
+
 }  // namespace
 
 void bind_pipeline(nb::module_& m) {
@@ -227,8 +239,14 @@ void bind_pipeline(nb::module_& m) {
       .def_ro("chunks", &pipeline_shape::chunks)
       .def_ro("group", &pipeline_shape::group)
       .def("virtual_stages", &pipeline_shape::virtual_stages)
-      .def("rank_of", &pipeline_shape::rank_of, nb::arg("virtual_stage"))
-      .def("chunk_of", &pipeline_shape::chunk_of, nb::arg("virtual_stage"))
+      .def(
+          "rank_of",
+          [](pipeline_shape const& s, int_arg v) { return s.rank_of(checked_stage(s, v, "pipeline::Shape::rank_of")); },
+          nb::arg("virtual_stage"))
+      .def(
+          "chunk_of",
+          [](pipeline_shape const& s, int_arg v) { return s.chunk_of(checked_stage(s, v, "pipeline::Shape::chunk_of")); },
+          nb::arg("virtual_stage"))
       .def(nb::self == nb::self)
       .def("__repr__", [](pipeline_shape const& s) { return "Shape(" + printed(s) + ")"; });
 
@@ -366,15 +384,19 @@ void bind_pipeline(nb::module_& m) {
   nb::class_<stage_bytes>(sub, "StageBytes", "What one micro-batch costs on one virtual stage, in bytes.")
       .def(
           "__init__",
-          [](stage_bytes* self, int_arg activations, int_arg output, int_arg weight_stash, int_arg parameters) {
+          [](stage_bytes* self, int_arg activations, int_arg output, int_arg weight_stash, int_arg parameters,
+             int_arg workspace) {
             new (self) stage_bytes{as_size(activations, "activations"), as_size(output, "output"),
-                                   as_size(weight_stash, "weight_stash"), as_size(parameters, "parameters")};
+                                   as_size(weight_stash, "weight_stash"), as_size(parameters, "parameters"),
+                                   as_size(workspace, "workspace")};
           },
-          nb::arg("activations") = 0, nb::arg("output") = 0, nb::arg("weight_stash") = 0, nb::arg("parameters") = 0)
+          nb::arg("activations") = 0, nb::arg("output") = 0, nb::arg("weight_stash") = 0, nb::arg("parameters") = 0,
+          nb::arg("workspace") = 0)
       .def_ro("activations", &stage_bytes::activations)
       .def_ro("output", &stage_bytes::output)
       .def_ro("weight_stash", &stage_bytes::weight_stash)
       .def_ro("parameters", &stage_bytes::parameters)
+      .def_ro("workspace", &stage_bytes::workspace, "Temporaries one computation allocates and frees itself.")
       .def(nb::self == nb::self)
       .def("__repr__", [](stage_bytes const& b) { return "StageBytes" + printed(b); });
 
@@ -436,17 +458,27 @@ void bind_pipeline(nb::module_& m) {
   nb::module_ pt = sub.def_submodule("pytorch", "PyTorch pipelining's _Action text format");
   pt.def(
       "export_actions",
-      [](schedule const& s, bool compute_only) {
-        return pytorch::export_actions(s,
-                                       compute_only ? pytorch::content::compute_only : pytorch::content::compute_comms);
+      [](schedule const& s, bool compute_only, bool send_waits, bool reduce_grad_waits, bool fsdp,
+         int_arg max_active_stages) {
+        return pytorch::export_actions(s, compute_only ? pytorch::content::compute_only : pytorch::content::compute_comms,
+                                       export_options_of(send_waits, reduce_grad_waits, fsdp, max_active_stages));
       },
-      nb::arg("schedule"), nb::arg("compute_only") = false);
+      nb::arg("schedule"), nb::arg("compute_only") = false, nb::kw_only(), nb::arg("send_waits") = true,
+      nb::arg("reduce_grad_waits") = true, nb::arg("fsdp") = false, nb::arg("max_active_stages") = 3,
+      "One row of PyTorch _Action strings per rank. The full export (compute_only False) is what "
+      "_PipelineScheduleRuntime._load_csv(format='compute_comms') runs: WAIT_SEND_F/B (send_waits), REDUCE_GRAD "
+      "(+ WAIT_REDUCE_GRAD with reduce_grad_waits), UNSHARD/RESHARD with fsdp, where PyTorch's lowering puts them. "
+      "Raises for a forward-only schedule (PyTorch's runtime refuses one).");
   pt.def(
       "to_csv",
-      [](schedule const& s, bool compute_only) {
-        return pytorch::to_csv(s, compute_only ? pytorch::content::compute_only : pytorch::content::compute_comms);
+      [](schedule const& s, bool compute_only, bool send_waits, bool reduce_grad_waits, bool fsdp,
+         int_arg max_active_stages) {
+        return pytorch::to_csv(s, compute_only ? pytorch::content::compute_only : pytorch::content::compute_comms,
+                               export_options_of(send_waits, reduce_grad_waits, fsdp, max_active_stages));
       },
-      nb::arg("schedule"), nb::arg("compute_only") = false);
+      nb::arg("schedule"), nb::arg("compute_only") = false, nb::kw_only(), nb::arg("send_waits") = true,
+      nb::arg("reduce_grad_waits") = true, nb::arg("fsdp") = false, nb::arg("max_active_stages") = 3,
+      "export_actions as the CSV text PyTorch's _dump_csv writes.");
   pt.def(
       "import_actions",
       [](nb::handle rows, std::string name, nb::typed<nb::handle, pipeline_shape> shape,

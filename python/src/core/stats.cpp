@@ -1,7 +1,8 @@
 // headroom::stats from Python: reports (name -> exact int64 or float64, PyTorch's key names),
-// the reduce plan, the wire words of the max and gather reductions (what the torch adapters
-// all_reduce / all_gather over torch.distributed), and the reductions of reports given every
-// rank's values. python/headroom/stats.py is the Pythonic layer.
+// checked reports (bad values carried to every rank, bools kept), the reduce plan, the wire
+// words of the max and gather reductions (what the torch adapters all_reduce / all_gather over
+// torch.distributed), the steady state (stats_steady_state.cpp), peaks per phase, and the
+// reductions of reports given every rank's values. python/headroom/stats.py is the Pythonic layer.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -19,13 +20,18 @@
 
 #include "bindings.hpp"
 #include "convert.hpp"
+#include "headroom/stats/checked_report.hpp"
 #include "headroom/stats/detail/wire.hpp"
 #include "headroom/stats/dynamic_report.hpp"
 #include "headroom/stats/keys.hpp"
+#include "headroom/stats/phases.hpp"
 #include "headroom/stats/plan.hpp"
 #include "headroom/stats/table.hpp"
+#include "stats_values.hpp"
 
 namespace headroom::python {
+
+void bind_stats_steady_state(nb::module_& sub);  // stats_steady_state.cpp
 
 namespace {
 
@@ -36,51 +42,39 @@ nb::object to_python(stats::value const& v) {
   return nb::float_(std::get<1>(v));
 }
 
-/// A report from a dict (insertion order is the report's order) or a Report. Python ints must
-/// fit int64 and floats become doubles; anything else is refused naming the key.
-dynamic_report report_of(nb::handle h, char const* what = "report") {
-  if (nb::isinstance<dynamic_report>(h)) return nb::cast<dynamic_report>(h);
-  if (!nb::isinstance<nb::dict>(h))
-    throw nb::type_error(
-        headroom::detail::concat(what, " = ", repr_of(h), "; expected a headroom.stats.Report or a dict").c_str());
-  dynamic_report r;
-  for (auto [k, v] : nb::cast<nb::dict>(h)) {
-    if (!nb::isinstance<nb::str>(k))
-      throw nb::type_error(headroom::detail::concat(what, " key ", repr_of(k), "; expected a str").c_str());
-    std::string const name = nb::cast<std::string>(k);
-    if (PyFloat_Check(v.ptr()))
-      r.set(name, PyFloat_AsDouble(v.ptr()));
-    else if (!PyBool_Check(v.ptr()) && PyIndex_Check(v.ptr()))
-      r.set(name, static_cast<std::int64_t>(as_i64(v, headroom::detail::concat(what, "['", name, "']"))));
-    else if (nb::hasattr(v, "dtype") && nb::hasattr(v, "item") && !PyBool_Check(v.ptr()))
-      r.set(name, nb::cast<double>(v.attr("item")()));  // numpy floating scalars
-    else
-      throw nb::type_error(
-          headroom::detail::concat(what, "['", name, "'] = ", repr_of(v), "; expected an int (exact int64) or a float")
-              .c_str());
-  }
-  return r;
-}
+using stats_values::checked_of;
+using stats_values::strict_report_of;
 
-reduce_plan plan_of(nb::handle h, dynamic_report const& r) {
-  if (h.is_none()) return reduce_plan(r.size());
+reduce_plan plan_of(nb::handle h, std::size_t size) {
+  if (h.is_none()) return reduce_plan(size);
   if (nb::isinstance<reduce_plan>(h)) return nb::cast<reduce_plan>(h);
   return reduce_plan(as_size(h, "plan capacity"));
 }
 
 bool nan_propagates(nb::handle h) { return as_choice(h, "nan", {"propagate", "ignore"}) == 0; }
 
-using words_in = nb::ndarray<std::int64_t const, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-
-std::span<std::int64_t const> words_of(nb::handle h, std::size_t expected, char const* what) {
+/// A copy of a 1-d int64 array's words: the array may be a temporary (a __dlpack__ export)
+/// that is gone once the cast returns, so nothing keeps a pointer into it.
+std::vector<std::int64_t> words_of(nb::handle h, std::size_t expected, char const* what) {
+  using words_in = nb::ndarray<std::int64_t const, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
   words_in a;
   if (!nb::try_cast(h, a, false))
-    throw nb::type_error(
-        headroom::detail::concat(what, " = ", repr_of(h), "; expected a 1-d contiguous int64 numpy array (CPU)")
-            .c_str());
+    throw nb::type_error(headroom::detail::concat(what, " = ", stats_values::short_repr(h),
+                                                  "; expected a 1-d contiguous int64 numpy array (CPU)")
+                             .c_str());
   expects(a.shape(0) == expected, what, " has ", a.shape(0), " words; expected ", expected,
           " (the reduce plan's size on every rank)");
-  return {a.data(), a.shape(0)};
+  return {a.data(), a.data() + a.shape(0)};
+}
+
+/// Calls fn with the report `h` stands for: a Report as it is, a CheckedReport, or a dict as a
+/// CheckedReport in its order (bools kept as bools, bad values carried as the fault).
+template <class Fn>
+decltype(auto) with_report(nb::handle h, Fn&& fn) {
+  if (nb::isinstance<dynamic_report>(h)) return fn(nb::cast<dynamic_report const&>(h));
+  if (nb::isinstance<checked_report>(h)) return fn(nb::cast<checked_report const&>(h));
+  checked_report const r = checked_of(h, false);
+  return fn(r);
 }
 
 template <class Report>
@@ -88,103 +82,9 @@ std::vector<std::string> names_of() {
   return {Report::names.begin(), Report::names.end()};
 }
 
-using words_out = nb::ndarray<std::int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-
-/// The steady-state layout of a dict: per value in the dict's order, its exact Python type
-/// ('i' int, 'b' bool, 'f' float) and its slot on the wire (0-based after the header).
-struct dict_layout {
-  nb::tuple keys;
-  std::string_view kinds;
-  std::span<std::int64_t const> slots;
-};
-
-dict_layout layout_of(nb::handle keys, nb::handle kinds, nb::handle slots) {
-  if (!PyTuple_CheckExact(keys.ptr())) throw nb::type_error("keys: expected a tuple of str");
-  if (!PyBytes_CheckExact(kinds.ptr())) throw nb::type_error("kinds: expected bytes (b'i', b'b' or b'f' per key)");
-  std::size_t const n = static_cast<std::size_t>(PyTuple_Size(keys.ptr()));
-  std::string_view const k(PyBytes_AsString(kinds.ptr()), static_cast<std::size_t>(PyBytes_Size(kinds.ptr())));
-  words_in sa;
-  if (!nb::try_cast(slots, sa, false)) throw nb::type_error("slots: expected a 1-d contiguous int64 numpy array (CPU)");
-  expects(sa.shape(0) == n, "slots has ", sa.shape(0), " entries; expected one per key (", n, ")");
-  std::span<std::int64_t const> const s(sa.data(), sa.shape(0));
-  expects(k.size() == n, "kinds has ", k.size(), " entries; expected one per key (", n, ")");
-  for (std::size_t i = 0; i < n; ++i) {
-    expects(k[i] == 'i' || k[i] == 'b' || k[i] == 'f', "kinds[", i, "] = '", k[i], "'; expected 'i', 'b' or 'f'");
-    expects(s[i] >= 0, "slots[", i, "] = ", s[i], "; expected >= 0");
-  }
-  return {nb::borrow<nb::tuple>(keys), k, s};
-}
-
-/// Writes the values of `d` into words[base + slot] when d has exactly `keys`, in that order,
-/// with values of exactly the types in `kinds`, every int within int64: ints and bools as
-/// int64, floats as max's order keys (`encode`, NaN propagating) or their bits. Returns false
-/// (words partly written) on any difference: the caller takes the general path.
-bool pack_dict(nb::handle d, dict_layout const& l, std::span<std::int64_t> words, std::size_t base, bool encode) {
-  if (!PyDict_CheckExact(d.ptr())) return false;
-  std::size_t const n = l.kinds.size();
-  if (static_cast<std::size_t>(PyDict_Size(d.ptr())) != n) return false;
-  Py_ssize_t pos = 0;
-  PyObject *key = nullptr, *value = nullptr;
-  std::size_t i = 0;
-  while (PyDict_Next(d.ptr(), &pos, &key, &value)) {
-    if (i >= n) return false;
-    PyObject* const want = PyTuple_GetItem(l.keys.ptr(), static_cast<Py_ssize_t>(i));
-    if (key != want) {
-      if (!PyUnicode_CheckExact(key) || !PyUnicode_CheckExact(want)) return false;
-      int const eq = PyUnicode_Compare(key, want);
-      if (eq == -1 && PyErr_Occurred()) throw nb::python_error();
-      if (eq != 0) return false;
-    }
-    std::size_t const at = base + static_cast<std::size_t>(l.slots[i]);
-    if (at >= words.size()) return false;
-    switch (l.kinds[i]) {
-      case 'i': {
-        if (!PyLong_CheckExact(value)) return false;
-        int overflow = 0;
-        long long const v = PyLong_AsLongLongAndOverflow(value, &overflow);
-        if (overflow != 0) return false;
-        if (v == -1 && PyErr_Occurred()) throw nb::python_error();
-        words[at] = static_cast<std::int64_t>(v);
-        break;
-      }
-      case 'b':
-        if (!PyBool_Check(value)) return false;
-        words[at] = value == Py_True ? 1 : 0;
-        break;
-      default: {
-        if (!PyFloat_CheckExact(value)) return false;
-        double const v = PyFloat_AsDouble(value);
-        words[at] = encode ? stats::detail::encode(v, reduce_op::max, true) : std::bit_cast<std::int64_t>(v);
-      }
-    }
-    ++i;
-  }
-  return i == n;
-}
-
-/// The dict {keys[i]: value of words[base + slots[i]]} typed by kinds (max's order keys decoded
-/// when `encoded`, else bits), or None when words do not start with `header`.
-nb::object unpack_dict(std::span<std::int64_t const> words, std::span<std::int64_t const> header,
-                       dict_layout const& l, std::size_t base, bool encoded) {
-  if (words.size() < header.size() || !std::equal(header.begin(), header.end(), words.begin())) return nb::none();
-  std::size_t const n = l.kinds.size();
-  nb::dict out;
-  for (std::size_t i = 0; i < n; ++i) {
-    std::size_t const at = base + static_cast<std::size_t>(l.slots[i]);
-    expects(at < words.size(), "slots[", i, "] = ", l.slots[i], " is past the ", words.size(), " words");
-    std::int64_t const w = words[at];
-    nb::object v;
-    switch (l.kinds[i]) {
-      case 'i': v = nb::steal(PyLong_FromLongLong(w)); break;
-      case 'b': v = nb::borrow(w != 0 ? Py_True : Py_False); break;
-      default: v = nb::steal(PyFloat_FromDouble(encoded ? stats::detail::decode_double(w, reduce_op::max)
-                                                       : std::bit_cast<double>(w)));
-    }
-    if (!v.is_valid()) throw nb::python_error();
-    if (PyDict_SetItem(out.ptr(), PyTuple_GetItem(l.keys.ptr(), static_cast<Py_ssize_t>(i)), v.ptr()) != 0)
-      throw nb::python_error();
-  }
-  return out;
+std::string_view kind_name(checked_report const& r, std::size_t i) {
+  if (r.is_bool(i)) return "bool";
+  return kind_of(r.report()[i].value) == value_kind::int64 ? "int" : "float";
 }
 
 constexpr char const* max_name = "stats::reducer::max";
@@ -221,7 +121,7 @@ void bind_stats(nb::module_& m) {
 
   nb::class_<dynamic_report>(sub, "Report", "name -> exact int64 or float64, in insertion order.")
       .def(
-          "__init__", [](dynamic_report* self, nb::handle values) { new (self) dynamic_report(report_of(values)); },
+          "__init__", [](dynamic_report* self, nb::handle values) { new (self) dynamic_report(strict_report_of(values)); },
           nb::arg("values") = nb::dict())
       .def("__len__", &dynamic_report::size)
       .def("__contains__", [](dynamic_report const& r, std::string const& k) { return r.contains(k); })
@@ -246,10 +146,12 @@ void bind_stats(nb::module_& m) {
            })
       .def_prop_ro("schema_hash", &dynamic_report::schema_hash)
       .def("prefixed", &dynamic_report::prefixed, nb::arg("prefix"))
-      .def("__eq__",
-           [](dynamic_report const& a, nb::handle b) {
-             return nb::isinstance<dynamic_report>(b) && a == nb::cast<dynamic_report const&>(b);
-           })
+      .def(
+          "__eq__",
+          [](dynamic_report const& a, nb::handle b) {
+            return nb::isinstance<dynamic_report>(b) && a == nb::cast<dynamic_report const&>(b);
+          },
+          nb::arg("other").none())
       .def("__str__",
            [](dynamic_report const& r) {
              std::ostringstream os;
@@ -309,100 +211,145 @@ void bind_stats(nb::module_& m) {
         return os.str();
       });
 
+  nb::class_<checked_report>(sub, "CheckedReport",
+                             "A report from values nobody checked yet: a bad value is kept as the report's fault "
+                             "(never raised), which the reductions carry to every rank; bools stay bools.")
+      .def(
+          "__init__",
+          [](checked_report* self, nb::handle values, bool sort) { new (self) checked_report(checked_of(values, sort)); },
+          nb::arg("values"), nb::arg("sort") = false,
+          "From a dict, in its order or sorted by key (what every rank lays out the same way).")
+      .def("__len__", &checked_report::size)
+      .def_prop_ro("fault",
+                   [](checked_report const& r) -> std::optional<std::string> {
+                     if (!r.fault()) return std::nullopt;
+                     return r.fault()->sentence();
+                   },
+                   "None, or the first bad value: \"key 'k' = v; expected ...\"")
+      .def_prop_ro("report", &checked_report::report, "The accepted values as a Report (bools as 0 / 1).")
+      .def("keys",
+           [](checked_report const& r) {
+             std::vector<std::string> out;
+             for (auto const e : r.report()) out.emplace_back(e.name);
+             return out;
+           })
+      .def(
+          "kinds",
+          [](checked_report const& r) {
+            std::vector<std::string> out;
+            for (std::size_t i = 0; i < r.size(); ++i) out.emplace_back(kind_name(r, i));
+            return out;
+          },
+          "'int', 'bool' or 'float' per key.")
+      .def_prop_ro("schema_hash", &checked_report::schema_hash)
+      .def(
+          "typed",
+          [](checked_report const& r, dynamic_report const& result) {
+            expects(result.size() == r.size(), "CheckedReport.typed: a result of ", result.size(), " keys for ",
+                    r.size(), " keys");
+            nb::dict d;
+            for (std::size_t i = 0; i < r.size(); ++i) {
+              auto const e = result[i];
+              nb::str const k(e.name.data(), e.name.size());
+              if (r.is_bool(i) && e.value.index() == 0) d[k] = nb::bool_(std::get<0>(e.value) != 0);
+              else d[k] = to_python(e.value);
+            }
+            return d;
+          },
+          nb::arg("result"), "A reduction's result as a dict, with this report's bool keys as bools.");
+
   // ---- the wire: what the adapters send through torch.distributed ---------------------------
+  // `report` is a Report, a CheckedReport or a dict (read as a CheckedReport). `rank` travels
+  // with a fault so every rank can name it.
   sub.def(
       "pack_max",
-      [](nb::handle report, nb::handle plan, int_arg writer, str_arg nan) {
-        dynamic_report const r = report_of(report);
-        reduce_plan const p = plan_of(plan, r);
-        std::vector<std::int64_t> words(p.max_words());
-        stats::detail::pack_max(r, as_int(writer, "writer"), nan_propagates(nan), std::span<std::int64_t>(words));
-        return to_numpy(std::move(words));
+      [](nb::handle report, nb::handle plan, int_arg writer, str_arg nan, int_arg rank) {
+        return with_report(report, [&](auto const& r) {
+          reduce_plan const p = plan_of(plan, r.size());
+          std::vector<std::int64_t> words(p.max_words());
+          stats::detail::pack_max(r, as_int(writer, "writer"), nan_propagates(nan), std::span<std::int64_t>(words),
+                                  as_int(rank, "rank"));
+          return to_numpy(std::move(words));
+        });
       },
       nb::arg("report"), nb::arg("plan") = nb::none(), nb::arg("writer") = -1, nb::arg("nan") = "propagate",
-      "The int64 words this rank all_reduces with MAX (plan.max_words() of them).");
+      nb::arg("rank") = 0, "The int64 words this rank all_reduces with MAX (plan.max_words() of them).");
   sub.def(
       "unpack_max",
       [](nb::handle report, nb::handle reduced, nb::handle plan, int_arg rank, int_arg size) -> nb::object {
-        dynamic_report const r = report_of(report);
-        reduce_plan const p = plan_of(plan, r);
-        auto const words = words_of(reduced, p.max_words(), "reduced words");
-        int const me = as_int(rank, "rank");
-        int const writer = stats::detail::check_max_header(r, words, p.capacity(), me, as_int(size, "size"), max_name);
-        if (writer != -1 && writer != me) return nb::none();
-        return nb::cast(stats::detail::unpack_max(r, words));
+        return with_report(report, [&](auto const& r) -> nb::object {
+          reduce_plan const p = plan_of(plan, r.size());
+          auto const words = words_of(reduced, p.max_words(), "reduced words");
+          int const me = as_int(rank, "rank");
+          std::span<std::int64_t const> const view(words);
+          int const writer =
+              stats::detail::check_max_header(r, view, p.capacity(), me, as_int(size, "size"), max_name);
+          if (writer != -1 && writer != me) return nb::none();
+          return nb::cast(dynamic_report(stats::detail::unpack_max(r, view)));
+        });
       },
       nb::arg("report"), nb::arg("reduced"), nb::arg("plan") = nb::none(), nb::arg("rank") = 0, nb::arg("size") = 1,
-      "The reduced Report from the all_reduce(MAX) result (None on ranks other than the writer). Raises "
-      "collective_mismatch when the ranks' reports differ, on every rank.");
+      "The reduced Report from the all_reduce(MAX) result (None on ranks other than the writer). Raises, on every "
+      "rank: invalid_argument naming the rank, key and value when a rank's report held a bad value, "
+      "collective_mismatch when the ranks' reports differ or the words are not a reduction of this report.");
   sub.def(
       "pack_gather",
-      [](nb::handle report, nb::handle plan, int_arg writer) {
-        dynamic_report const r = report_of(report);
-        reduce_plan const p = plan_of(plan, r);
-        std::vector<std::int64_t> words(p.gather_words_per_rank());
-        stats::detail::pack_gather(r, as_int(writer, "writer"), std::span<std::int64_t>(words));
-        return to_numpy(std::move(words));
+      [](nb::handle report, nb::handle plan, int_arg writer, int_arg rank) {
+        return with_report(report, [&](auto const& r) {
+          reduce_plan const p = plan_of(plan, r.size());
+          std::vector<std::int64_t> words(p.gather_words_per_rank());
+          stats::detail::pack_gather(r, as_int(writer, "writer"), std::span<std::int64_t>(words), as_int(rank, "rank"));
+          return to_numpy(std::move(words));
+        });
       },
-      nb::arg("report"), nb::arg("plan") = nb::none(), nb::arg("writer") = -1,
+      nb::arg("report"), nb::arg("plan") = nb::none(), nb::arg("writer") = -1, nb::arg("rank") = 0,
       "The int64 words this rank all_gathers (plan.gather_words_per_rank() of them).");
   sub.def(
       "unpack_gather",
       [](nb::handle report, nb::handle gathered, nb::handle plan, int_arg rank, int_arg size,
          str_arg nan) -> nb::object {
-        dynamic_report const r = report_of(report);
-        reduce_plan const p = plan_of(plan, r);
-        int const n = as_int(size, "size");
-        auto const words = words_of(gathered, p.gather_words(n), "gathered words");
-        int const me = as_int(rank, "rank");
-        int const writer =
-            stats::detail::check_gather_headers(r, words, p.gather_words_per_rank(), p.capacity(), me, n, gather_name);
-        if (writer != -1 && writer != me) return nb::none();
-        return nb::cast(stats::detail::unpack_gather(r, words, p.gather_words_per_rank(), n, nan_propagates(nan)));
+        return with_report(report, [&](auto const& r) -> nb::object {
+          reduce_plan const p = plan_of(plan, r.size());
+          int const n = as_int(size, "size");
+          int const me = as_int(rank, "rank");
+          stats::detail::check_rank(me, n, gather_name);
+          auto const words = words_of(gathered, p.gather_words(n), "gathered words");
+          std::span<std::int64_t const> const view(words);
+          int const writer =
+              stats::detail::check_gather_headers(r, view, p.gather_words_per_rank(), p.capacity(), me, n, gather_name);
+          if (writer != -1 && writer != me) return nb::none();
+          return nb::cast(stats::detail::unpack_gather(r, view, p.gather_words_per_rank(), n, nan_propagates(nan)));
+        });
       },
       nb::arg("report"), nb::arg("gathered"), nb::arg("plan") = nb::none(), nb::arg("rank") = 0, nb::arg("size") = 1,
       nb::arg("nan") = "propagate", "The RankTable from the all_gather result (rank-major words).");
 
-  // ---- the steady state: a dict's values straight to / from the wire -------------------------
-  sub.def(
-      "pack_dict_values",
-      [](nb::handle values, nb::handle keys, nb::handle kinds, nb::handle slots, nb::handle words, int_arg base,
-         bool encode) {
-        auto const l = layout_of(keys, kinds, slots);
-        words_out w;
-        if (!nb::try_cast(words, w, false))
-          throw nb::type_error("words: expected a writable 1-d contiguous int64 numpy array (CPU)");
-        return pack_dict(values, l, std::span<std::int64_t>(w.data(), w.shape(0)), as_size(base, "base"), encode);
-      },
-      nb::arg("values"), nb::arg("keys"), nb::arg("kinds"), nb::arg("slots"), nb::arg("words"), nb::arg("base"),
-      nb::arg("encode"),
-      "Writes dict `values` into words[base + slots[i]] (ints and bools as int64; floats as the max reduction's "
-      "order keys when `encode`, else their bits) when it has exactly `keys` in that order, with values of exactly "
-      "the types in `kinds` (b'i' int, b'b' bool, b'f' float per key) and every int within int64; False (words "
-      "partly written) otherwise. pack_max / pack_gather write the same words for the report whose keys are "
-      "sorted into those slots.");
-  sub.def(
-      "unpack_dict_values",
-      [](nb::handle words, nb::handle header, nb::handle keys, nb::handle kinds, nb::handle slots, int_arg base,
-         bool encoded) {
-        auto const l = layout_of(keys, kinds, slots);
-        words_in w, h;
-        if (!nb::try_cast(words, w, false) || !nb::try_cast(header, h, false))
-          throw nb::type_error("words, header: expected 1-d contiguous int64 numpy arrays (CPU)");
-        return unpack_dict(std::span<std::int64_t const>(w.data(), w.shape(0)),
-                           std::span<std::int64_t const>(h.data(), h.shape(0)), l, as_size(base, "base"), encoded);
-      },
-      nb::arg("words"), nb::arg("header"), nb::arg("keys"), nb::arg("kinds"), nb::arg("slots"), nb::arg("base"),
-      nb::arg("encoded"),
-      "{keys[i]: the value in words[base + slots[i]]} typed by `kinds` (order keys decoded when `encoded`), or None "
-      "when `words` do not start with `header` (then unpack_max / unpack_gather name the mismatch).");
+  bind_stats_steady_state(sub);
+
+  // ---- peaks per phase -------------------------------------------------------------------------
+  nb::class_<phase_peaks>(sub, "PhasePeaks",
+                          "Peaks per phase of a step: open(phase) at its start (after resetting the peak counters), "
+                          "close(report) at its end records the report's '.peak' keys as '<phase>/<key>'; a phase "
+                          "run several times keeps its highest peak. Phases do not nest.")
+      .def(nb::init<>())
+      .def("open", [](phase_peaks& p, std::string const& phase) { p.open(phase); }, nb::arg("phase"))
+      .def(
+          "close", [](phase_peaks& p, nb::handle report) { p.close(strict_report_of(report)); }, nb::arg("report"),
+          "Closes the open phase, recording the '.peak' keys of `report` (a dict of ints / floats, or a Report).")
+      .def(
+          "record",
+          [](phase_peaks& p, std::string const& phase, nb::handle report) { p.record(phase, strict_report_of(report)); },
+          nb::arg("phase"), nb::arg("report"))
+      .def_prop_ro("open_phase", [](phase_peaks const& p) { return std::string(p.open_phase()); })
+      .def("report", &phase_peaks::report, "Every recorded phase's peaks, '<phase>/<key>', in the order first recorded.")
+      .def("clear", &phase_peaks::clear);
 
   // ---- reductions of reports given every rank's values ---------------------------------------
   sub.def(
       "max_of",
       [](nb::handle reports, str_arg nan) {
         std::vector<dynamic_report> rs;
-        for (nb::handle h : reports) rs.push_back(report_of(h, "reports[i]"));
+        for (nb::handle h : reports) rs.push_back(strict_report_of(h, "reports[i]"));
         expects(!rs.empty(), "stats::max_of: no reports; expected one per rank");
         std::size_t capacity = 0;
         for (auto const& r : rs) capacity = std::max(capacity, r.size());
@@ -425,7 +372,7 @@ void bind_stats(nb::module_& m) {
       "gather_of",
       [](nb::handle reports, str_arg nan) {
         std::vector<dynamic_report> rs;
-        for (nb::handle h : reports) rs.push_back(report_of(h, "reports[i]"));
+        for (nb::handle h : reports) rs.push_back(strict_report_of(h, "reports[i]"));
         expects(!rs.empty(), "stats::gather_of: no reports; expected one per rank");
         std::size_t capacity = 0;
         for (auto const& r : rs) capacity = std::max(capacity, r.size());

@@ -128,16 +128,14 @@ def scenarios(rank):
 def run(rank, general_only):
     hs.forget_agreements()
     used = []
-    real_max, real_gather = hs._Fast.pack_max, hs._Fast.pack_gather
+    real_pack = hs._Fast.pack
 
-    def counted(real):
-        def pack(self, chosen):
-            words = real(self, chosen)
-            used.append(words is not None)
-            return words
-        return pack
+    def counted(self, chosen, op):
+        words = real_pack(self, chosen, op)
+        used.append(words is not None)
+        return words
 
-    hs._Fast.pack_max, hs._Fast.pack_gather = counted(real_max), counted(real_gather)
+    hs._Fast.pack = counted
     mine, steps = scenarios(rank)
     snapshot = canonical(mine)
     out = []
@@ -154,7 +152,7 @@ def run(rank, general_only):
             except Exception as e:  # noqa: BLE001 - reported to the parent
                 out.append((name, "crash", traceback.format_exc(), any(used), False))
     finally:
-        hs._Fast.pack_max, hs._Fast.pack_gather = real_max, real_gather
+        hs._Fast.pack = real_pack
     return {"calls": out, "not_mutated": canonical(mine) == snapshot}
 
 
@@ -265,36 +263,3 @@ def test_invalidations_behave(results):
         assert nan_row[3] == ("float", "nan") and nan_row[6] == 1
         zero_row = table["near_zero"]
         assert zero_row[2] == ("float", (-0.0).hex()) and zero_row[5] == 0 and zero_row[6] == 2
-
-
-def test_pack_dict_values_writes_pack_max_words():
-    """The steady state's words are headroom.stats' words: every value kind, NaN, -0.0, the
-    int64 ends, a plan with room to spare, keys in an order other than sorted."""
-    from headroom import stats as st
-
-    values = {"z": 1.5, "a": -(2**63), "m": True, "b": math.nan, "y": -0.0, "c": 2**63 - 1, "x": -math.inf,
-              "d": False, "w": 5e-324, "e": -7}
-    schema = hs._Schema.of(values)
-    plan = st.ReducePlan(len(values) + 5)
-    r = schema.report(values)
-    fast = hs._Fast(schema, plan, tuple(values), tuple(map(type, values.values())), r.schema_hash, 0, 2, False)
-    words = fast.pack_max(values)
-    assert words is not None and (words == st.pack_max(r, plan)).all()
-    gwords = fast.pack_gather(values)
-    assert gwords is not None and (gwords == st.pack_gather(r, plan)).all()
-    back = fast.unpack_max(words)
-    assert canonical(back) == canonical({k: (float("nan") if k == "b" else v) for k, v in values.items()})
-    # anything but these keys, order and types: None (the general path)
-    assert fast.pack_max(dict(values, e=-7.0)) is None
-    assert fast.pack_max(dict(values, m=1)) is None
-    assert fast.pack_max(dict(values, e=2**63)) is None
-    assert fast.pack_max(dict(values, extra=1)) is None
-    assert fast.pack_max(dict(reversed(list(values.items())))) is None
-    assert fast.pack_max({k: values[k] for k in list(values)[:-1]}) is None
-    assert fast.pack_max(dict(values, z=torch.tensor(1.5))) is None
-    renamed = {("q" if k == "z" else k): v for k, v in values.items()}
-    assert fast.pack_max(renamed) is None
-    # a header that is not this rank's: None (the C++ check names the mismatch)
-    other = words.copy()
-    other[0] ^= 1
-    assert fast.unpack_max(other) is None

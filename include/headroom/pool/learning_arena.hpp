@@ -1,0 +1,236 @@
+#pragma once
+#include "headroom/core/require_cxx20.hpp"
+// learning_arena: the bookkeeping of an adapter that serves buckets from one planned arena at
+// fixed offsets, after learning their lifetimes from the first step. No memory: the caller owns
+// the arena and its caching allocator; this says which offset to use.
+//
+//   pool::learning_arena a({.planner = "interval"});
+//   a.declare({.id = 0, .unit = 0, .group = 0, .dtype = "bfloat16", .bytes = 4096});
+//   a.acquire(0, 4352);   // step 0: nothing (serve it yourself); the lease is recorded
+//   a.release(0);
+//   a.end_step();         // plans; true: arena_bytes() changed, (re)allocate the arena
+//   a.acquire(0, 4352);   // now the planned offset, or nothing (counted fallback, see below)
+//
+// Step 0 is learned: acquire returns no offset while the lease trace records it. end_step()
+// plans the trace (plan_lifetimes with the planner: interval = the best candidate, max / by_bytes =
+// that replay) and returns whether the arena size changed. Nothing is live at a step boundary.
+// Afterwards acquire returns the planned offset, or no offset when the request is not in the plan,
+// counted by reason: unknown_bucket (the trace never acquired it), larger_than_planned, or
+// overlaps_live (its planned bytes meet a lease held now: the order differs from the trace's).
+// A step with a fallback is appended to the trace at its end_step(), so replan() at a later step
+// boundary plans every recorded step and no request seen so far falls back again; steps without
+// a fallback are not kept. Buckets outside every unit are never planned (counted as unpooled).
+// The trace holds at most max_events events: a step that would take it beyond throws
+// capacity_error naming the cap (the arena keeps its plan; the step is not recorded).
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "headroom/core/bytes.hpp"
+#include "headroom/core/error.hpp"
+#include "headroom/pool/lease_trace.hpp"
+#include "headroom/pool/lifetime_plan.hpp"
+
+namespace headroom::pool {
+
+enum class fallback_reason : std::uint8_t { unknown_bucket, larger_than_planned, overlaps_live };
+inline constexpr std::array<std::string_view, 3> fallback_reason_names{"unknown_bucket", "larger_than_planned",
+                                                                      "overlaps_live"};
+
+struct learning_arena_options {
+  std::string planner = "interval";  ///< interval, max or by_bytes
+  std::size_t alignment = default_alignment;
+  std::size_t max_events = std::size_t{1} << 22;  ///< cap on recorded trace events
+};
+
+struct learning_arena_stats {
+  std::string planner;
+  bool learning = true;            ///< no plan yet (before the first end_step)
+  std::string winner;              ///< the plan's winning candidate ("" while learning)
+  std::uint64_t arena_bytes = 0;
+  std::uint64_t bound = 0;
+  std::uint64_t megatron_max_bytes = 0;  ///< what Megatron's MaxPool holds on the recorded trace
+  std::size_t steps = 0;           ///< step boundaries seen
+  std::size_t recorded_steps = 0;  ///< steps in the trace (the learned one and those with a fallback)
+  std::size_t events = 0;          ///< events in the trace
+  std::size_t max_events = 0;
+  std::size_t acquires = 0;        ///< after learning
+  std::size_t served = 0;          ///< acquires given an offset
+  std::array<std::size_t, 3> fallbacks{};  ///< by fallback_reason
+  std::size_t unpooled = 0;        ///< acquires of buckets outside every unit
+  std::size_t replans = 0;
+};
+
+class learning_arena {
+ public:
+  /// Throws invalid_argument for an unknown planner, an alignment that is not a power of two or
+  /// max_events = 0.
+  explicit learning_arena(learning_arena_options options = {}) : options_(std::move(options)) {
+    expects(std::find(std::begin(lifetime_planners), std::end(lifetime_planners), options_.planner) !=
+                std::end(lifetime_planners),
+            "pool::learning_arena: planner '", options_.planner, "'; expected interval, max or by_bytes");
+    expects(is_power_of_two(options_.alignment), "pool::learning_arena: alignment ", options_.alignment,
+            " is not a power of two");
+    expects(options_.max_events > 0, "pool::learning_arena: max_events = 0; expected at least 1");
+  }
+
+  /// See lease_trace::declare; a bucket may be declared at any time before its first acquire.
+  void declare(trace_bucket b) { trace_.declare(std::move(b)); }
+
+  /// The offset to serve `bucket` at, or nothing (serve it from the caching allocator). Throws
+  /// invalid_argument for an undeclared bucket or bytes outside 1 .. 2^62, logic_error when the
+  /// bucket is held, capacity_error when the step would exceed max_events.
+  [[nodiscard]] std::optional<std::uint64_t> acquire(std::uint64_t bucket, std::uint64_t bytes) {
+    if (!plan_) {
+      check_cap();
+      trace_.acquire(bucket, bytes);
+      return std::nullopt;
+    }
+    auto const* b = trace_.find(bucket);
+    expects(b != nullptr, "pool::learning_arena: acquire of bucket ", bucket, ", which was never declared");
+    expects(bytes > 0 && bytes <= max_workload_bytes, "pool::learning_arena: acquire of bucket ", bucket, " for ",
+            bytes, " bytes; expected 1 .. 2^62");
+    expects<logic_error>(!live_.contains(bucket), "pool::learning_arena: acquire of bucket ", bucket,
+                         ", which is held (acquired and not released)");
+    check_cap();
+    step_.push_back({lease_event_kind::acquire, bucket, bytes});
+    ++stats_.acquires;
+    std::optional<std::uint64_t> offset;
+    auto const planned = plan_->offsets.find(bucket);
+    if (b->unit == no_trace_unit) {
+      ++stats_.unpooled;
+    } else if (planned == plan_->offsets.end()) {
+      fall_back(fallback_reason::unknown_bucket);
+    } else if (bytes > plan_->bytes.at(bucket)) {
+      fall_back(fallback_reason::larger_than_planned);
+    } else {
+      std::uint64_t const begin = planned->second;
+      std::uint64_t const end = begin + align_up(plan_->bytes.at(bucket), options_.alignment);
+      bool meets = false;
+      for (auto const& [other, range] : live_)
+        if (range.first < end && begin < range.second) meets = true;
+      if (meets) {
+        fall_back(fallback_reason::overlaps_live);
+      } else {
+        offset = begin;
+        ++stats_.served;
+      }
+    }
+    live_.emplace(bucket, offset ? std::pair{*offset, align_up(plan_->bytes.at(bucket), options_.alignment)}
+                                 : std::pair<std::uint64_t, std::uint64_t>{0, 0});
+    return offset;
+  }
+
+  /// Throws logic_error when the bucket is not held (invalid_argument when never declared).
+  void release(std::uint64_t bucket) {
+    if (!plan_) {
+      check_cap();
+      trace_.release(bucket);
+      return;
+    }
+    expects(trace_.find(bucket) != nullptr, "pool::learning_arena: release of bucket ", bucket,
+            ", which was never declared");
+    expects<logic_error>(live_.erase(bucket) == 1, "pool::learning_arena: release of bucket ", bucket,
+                         ", which is not held");
+    check_cap();
+    step_.push_back({lease_event_kind::release, bucket, 0});
+  }
+
+  /// A step boundary (nothing held). The first plans the learned step; true when arena_bytes()
+  /// changed. Later ones keep a step that fell back in the trace; they return false.
+  bool end_step() {
+    std::size_t const held = plan_ ? live_.size() : trace_.held().size();
+    expects<logic_error>(held == 0, "pool::learning_arena: end_step() with ", held,
+                         " bucket(s) held; expected every bucket released at a step boundary");
+    ++stats_.steps;
+    if (!plan_) {
+      check_cap();
+      trace_.end_step();
+      return lay_out();
+    }
+    std::vector<lease_event> step = std::move(step_);
+    step_.clear();
+    bool const keep = step_fell_back_;
+    step_fell_back_ = false;
+    if (keep) {
+      expects<capacity_error>(trace_.events().size() + step.size() + 1 <= options_.max_events,
+                              "pool::learning_arena: keeping step ", stats_.steps - 1, " (", step.size() + 1,
+                              " events, it fell back) would take the trace beyond max_events = ", options_.max_events,
+                              " (it holds ", trace_.events().size(), "); raise max_events or replan() sooner");
+      for (auto const& e : step) trace_.record(e);
+      trace_.end_step();
+    }
+    return false;
+  }
+
+  /// At a step boundary after the first end_step(): plans every recorded step again; true when
+  /// arena_bytes() changed. Throws logic_error before the first end_step() or within a step.
+  bool replan() {
+    expects<logic_error>(plan_.has_value(), "pool::learning_arena: replan() before the first end_step(); the "
+                                            "first step is still being learned");
+    expects<logic_error>(step_.empty() && live_.empty(), "pool::learning_arena: replan() within a step (",
+                         step_.size(), " events since the last end_step()); call it at a step boundary");
+    ++stats_.replans;
+    return lay_out();
+  }
+
+  [[nodiscard]] bool learning() const noexcept { return !plan_; }
+  [[nodiscard]] std::optional<lifetime_plan> const& plan() const noexcept { return plan_; }
+  [[nodiscard]] lease_trace const& trace() const noexcept { return trace_; }
+  [[nodiscard]] std::uint64_t arena_bytes() const noexcept { return plan_ ? plan_->arena_bytes : 0; }
+  [[nodiscard]] learning_arena_options const& options() const noexcept { return options_; }
+
+  [[nodiscard]] learning_arena_stats stats() const {
+    learning_arena_stats s = stats_;
+    s.planner = options_.planner;
+    s.learning = !plan_;
+    s.winner = plan_ ? plan_->winner : std::string();
+    s.arena_bytes = arena_bytes();
+    s.bound = plan_ ? plan_->bound : 0;
+    s.megatron_max_bytes = megatron_max_bytes_;
+    s.recorded_steps = trace_.steps();
+    s.events = trace_.events().size();
+    s.max_events = options_.max_events;
+    return s;
+  }
+
+ private:
+  // Learning: the trace; afterwards: the current step's events (kept only when it falls back).
+  void check_cap() const {
+    std::size_t const have = plan_ ? step_.size() : trace_.events().size();
+    std::size_t const more = 1;
+    expects<capacity_error>(more <= options_.max_events && have <= options_.max_events - more,
+                            "pool::learning_arena: recording ", more, " more event(s) after ", have,
+                            " would exceed max_events = ", options_.max_events,
+                            "; raise max_events or end the step sooner");
+  }
+  void fall_back(fallback_reason r) {
+    ++stats_.fallbacks[static_cast<std::size_t>(r)];
+    step_fell_back_ = true;
+  }
+  bool lay_out() {
+    std::uint64_t const before = arena_bytes();
+    bool const first = !plan_;
+    plan_ = plan_lifetimes(trace_, {.alignment = options_.alignment, .planner = options_.planner});
+    megatron_max_bytes_ = detail::replay_maxpool(trace_, false, options_.alignment).arena;
+    return first ? plan_->arena_bytes != 0 || before != 0 : plan_->arena_bytes != before;
+  }
+
+  learning_arena_options options_;
+  lease_trace trace_;
+  std::optional<lifetime_plan> plan_;
+  std::map<std::uint64_t, std::pair<std::uint64_t, std::uint64_t>> live_;  // bucket -> [begin, end) or {0, 0}
+  std::vector<lease_event> step_;  // events of the current step (after learning)
+  bool step_fell_back_ = false;
+  std::uint64_t megatron_max_bytes_ = 0;
+  learning_arena_stats stats_;
+};
+
+}  // namespace headroom::pool
