@@ -124,6 +124,11 @@ def test_mismatched_reports_raise_collective_mismatch_on_every_rank():
     (lambda: stats.unpack_max({"a": 1}, [0] * 31), TypeError, "expected a 1-d contiguous int64"),
     (lambda: stats.unpack_max({"a": 1, "b": 2}, stats.pack_max({"a": 1, "b": 2}), stats.ReducePlan(1)),
      headroom.invalid_argument, "reduced words has 32 words; expected 31"),
+    # a local report larger than the plan the words were made for: refused, never read past them
+    (lambda: stats.unpack_max({"a": 1, "b": 2, "c": 3}, stats.pack_max({"a": 1}), stats.ReducePlan(1)),
+     headroom.capacity_error, "this rank's report has 3 keys but the reduce_plan holds 1"),
+    (lambda: stats.unpack_gather({"a": 1, "b": 2, "c": 3}, stats.pack_gather({"a": 1}), stats.ReducePlan(1)),
+     headroom.capacity_error, "this rank's report has 3 keys but the reduce_plan holds 1"),
     # another report's words of the right size: refused, never reinterpreted
     (lambda: stats.unpack_max({"a": 1, "b": 2.0}, stats.pack_max({"x": 1, "y": 2}), None, 0, 1),
      headroom.collective_mismatch, "not the result of a reduction of this report"),
@@ -229,6 +234,16 @@ class _Temporary:
 
     def __dlpack_device__(self):
         return self.words.__dlpack_device__()
+
+
+def test_a_long_key_in_utf8_is_cut_at_a_character_boundary():
+    plan = stats.ReducePlan(2)
+    key = "é" * 30  # 60 bytes: cut to fit the wire
+    ranks = [{key: "x"}, {key: 1}]
+    reduced = np.maximum.reduce([stats.pack_max(r, plan, -1, "propagate", q) for q, r in enumerate(ranks)])
+    for q in range(2):
+        with pytest.raises(headroom.invalid_argument, match="rank 0 of 2 has .*key 'ééé.*\\.\\.\\.' = 'x'"):
+            stats.unpack_max(ranks[q], reduced, plan, q, 2)
 
 
 def test_words_exported_as_temporaries_are_read_before_they_go():

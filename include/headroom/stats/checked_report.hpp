@@ -45,8 +45,12 @@ struct value_fault {
   }
 
  private:
+  // Cut at a UTF-8 character boundary, so the sentence stays valid text on every rank.
   static std::string cut(std::string const& s, std::size_t n) {
-    return s.size() <= n ? s : s.substr(0, n - 3) + "...";
+    if (s.size() <= n) return s;
+    std::size_t end = n - 3;
+    while (end > 0 && (static_cast<unsigned char>(s[end]) & 0xC0u) == 0x80u) --end;
+    return s.substr(0, end) + "...";
   }
 };
 

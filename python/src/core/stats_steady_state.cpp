@@ -135,7 +135,7 @@ class steady_state {
 
   void set(nb::dict& out, std::size_t i, nb::object v) const {
     if (!v.is_valid()) throw nb::python_error();
-    if (PyDict_SetItem(out.ptr(), PyTuple_GET_ITEM(keys_.ptr(), static_cast<Py_ssize_t>(i)), v.ptr()) != 0)
+    if (PyDict_SetItem(out.ptr(), PyTuple_GetItem(keys_.ptr(), static_cast<Py_ssize_t>(i)), v.ptr()) != 0)
       throw nb::python_error();
   }
 
@@ -151,7 +151,7 @@ class steady_state {
     // exact int / float reads).
     while (PyDict_Next(values.ptr(), &pos, &key, &value)) {
       if (i >= n) return nb::none();
-      PyObject* const want = PyTuple_GET_ITEM(keys_.ptr(), static_cast<Py_ssize_t>(i));
+      PyObject* const want = PyTuple_GetItem(keys_.ptr(), static_cast<Py_ssize_t>(i));
       if (key != want) {
         if (!PyUnicode_CheckExact(key)) return nb::none();
         int const eq = PyUnicode_Compare(key, want);
@@ -174,7 +174,7 @@ class steady_state {
           break;
         default: {
           if (!PyFloat_CheckExact(value)) return nb::none();
-          double const v = PyFloat_AS_DOUBLE(value);
+          double const v = PyFloat_AsDouble(value);
           w = encode ? stats::detail::encode(v, reduce_op::max, true) : std::bit_cast<std::int64_t>(v);
         }
       }

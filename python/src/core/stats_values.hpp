@@ -118,11 +118,11 @@ inline constexpr char const* expected_number = "an int, float or bool";
   nb::object items = nb::steal(PyDict_Items(h.ptr()));
   if (!items.is_valid()) throw nb::python_error();
   std::vector<std::pair<nb::object, nb::object>> out;
-  Py_ssize_t const n = PyList_GET_SIZE(items.ptr());
+  Py_ssize_t const n = PyList_Size(items.ptr());
   out.reserve(static_cast<std::size_t>(n));
   for (Py_ssize_t i = 0; i < n; ++i) {
-    PyObject* const kv = PyList_GET_ITEM(items.ptr(), i);
-    out.emplace_back(nb::borrow(PyTuple_GET_ITEM(kv, 0)), nb::borrow(PyTuple_GET_ITEM(kv, 1)));
+    PyObject* const kv = PyList_GetItem(items.ptr(), i);
+    out.emplace_back(nb::borrow(PyTuple_GetItem(kv, 0)), nb::borrow(PyTuple_GetItem(kv, 1)));
   }
   return out;
 }
