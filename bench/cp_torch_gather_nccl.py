@@ -18,7 +18,9 @@ The checked batches have --check-tokens x --check-width (default 8192 x 1024), t
 Timing (CUDA events, median of --iterations after --warmup): cp.gather of a [T/cp, width] shard by
 each method (auto, all_gather, pipelined, in_place; each checked equal to all_gather's result)
 against a bare dist.all_gather_into_tensor of the same bytes, and the gather of per-token vectors;
-bf16 and fp32 at --width, bf16 at each of --extra-widths (151936, the logits).
+bf16 and fp32 at --width, bf16 at each of --extra-widths (151936, the logits). "agreement": the
+extra time of a partition's first gather, whose ranks agree first (one all_gather of 9 int64 per
+rank and a copy back to the host), over a later one.
 A table on rank 0, PASS/FAIL lines, one JSON line; $OUT/cp_torch_gather_nccl.json when OUT is set.
 Exit 1 when a check fails; "skipped: ..." and exit 77 without 2 GPUs, torch or headroom._cuda.
 
@@ -166,13 +168,16 @@ def checks_and_times(rank, world, args, device):
         del ref
         dist.barrier()
         methods = {m: timed(lambda m=m: cp.gather(local, part, method=m), args, device) for m in GATHER_METHODS}
+        first_ms = timed(lambda: (part._agreed.clear(), cp.gather(local, part)), args, device)  # agree every time
         bare_ms = timed(lambda: dist.all_gather_into_tensor(out, local), args, device)
         vec_ms = timed(lambda: cp.gather(vec, part), args, device)
         vec_bare_ms = timed(lambda: dist.all_gather_into_tensor(vec_out, vec), args, device)
         rows.append({"dtype": dname, "tokens": part.global_rows, "width": width,
                      "sequences": len(part.cu_seqlens) - 1, "bytes": part.global_rows * width * local.element_size(),
                      "gather_ms": methods["auto"], "methods_ms": methods, "all_gather_ms": bare_ms,
-                     "ratio": methods["auto"] / bare_ms, "per_token_bytes": part.global_rows * 2 * vec.element_size(),
+                     "ratio": methods["auto"] / bare_ms, "first_gather_ms": first_ms,
+                     "agreement_ms": first_ms - methods["auto"],
+                     "per_token_bytes": part.global_rows * 2 * vec.element_size(),
                      "per_token_gather_ms": vec_ms, "per_token_all_gather_ms": vec_bare_ms,
                      "per_token_ratio": vec_ms / vec_bare_ms})
         del local, out
@@ -285,7 +290,8 @@ def main() -> int:
               f"({'CUDA events' if args.device == 'cuda' else 'host clock'})\n")
         print(f"{'dtype':5s} {'tokens':>7s} {'seqs':>4s} {'width':>6s} {'MiB':>9s} | "
               + " ".join(f"{m:>10s}" for m in GATHER_METHODS)
-              + f" {'all_gather':>10s} {'ratio':>6s} | {'per-token KiB':>13s} {'cp.gather':>10s} {'all_gather':>10s} {'ratio':>6s}")
+              + f" {'all_gather':>10s} {'ratio':>6s} | {'per-token KiB':>13s} {'cp.gather':>10s} {'all_gather':>10s} {'ratio':>6s}"
+              + f" | {'agreement':>10s}")
         for row in r0["rows"]:
             late = [] if row["ratio"] <= TARGET else [f"auto > {TARGET}x"]
             late += [] if row["per_token_ratio"] <= PER_TOKEN_TARGET else [f"per-token > {PER_TOKEN_TARGET}x"]
@@ -293,9 +299,9 @@ def main() -> int:
                   + " ".join(f"{row['methods_ms'][m]:8.3f}ms" for m in GATHER_METHODS)
                   + f" {row['all_gather_ms']:8.3f}ms {row['ratio']:6.3f} | {row['per_token_bytes'] / 2**10:13.1f} "
                   f"{row['per_token_gather_ms']:8.3f}ms {row['per_token_all_gather_ms']:8.3f}ms {row['per_token_ratio']:6.3f}"
-                  + (f"  ({', '.join(late)})" if late else ""))
+                  f" | {row['agreement_ms']:8.3f}ms" + (f"  ({', '.join(late)})" if late else ""))
         print(f"ratio = cp.gather (method auto) / bare all_gather_into_tensor; targets <= {TARGET}x, per-token <= "
-              f"{PER_TOKEN_TARGET}x")
+              f"{PER_TOKEN_TARGET}x; agreement = a partition's first gather over a later one")
         print()
     counts = {}
     for res in results:

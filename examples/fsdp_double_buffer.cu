@@ -22,6 +22,7 @@
 #include <headroom/cuda.hpp>
 #include <headroom/nccl.hpp>
 #include <headroom/pool/cuda.hpp>
+#include <headroom/pool/models.hpp>  // the model presets: included by name
 
 namespace hp = headroom::pool;
 namespace nccl = headroom::nccl;

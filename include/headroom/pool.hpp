@@ -5,7 +5,8 @@
 // plan_lifetimes, learning_arena, modelled Megatron-FSDP traces),
 // assignment, non-unit, release-order and off-trace policies, the unit pool and its host-substrate
 // form host_unit_pool, plan fingerprints. CUDA-free; the CUDA pool and NCCL registration are in
-// headroom/pool/cuda.hpp.
+// headroom/pool/cuda.hpp. The model presets (a data table) are included by name:
+// headroom/pool/models.hpp.
 #include "headroom/pool/capture.hpp"
 #include "headroom/pool/execution_order.hpp"
 #include "headroom/pool/fingerprint.hpp"
@@ -17,7 +18,6 @@
 #include "headroom/pool/learning_arena.hpp"
 #include "headroom/pool/lifetime_pack.hpp"
 #include "headroom/pool/lifetime_plan.hpp"
-#include "headroom/pool/models.hpp"
 #include "headroom/pool/plan.hpp"
 #include "headroom/pool/policies.hpp"
 #include "headroom/pool/pool_stats.hpp"

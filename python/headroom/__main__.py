@@ -13,6 +13,9 @@ import sys
 
 from . import __version__, error, pool
 
+# The planner names: headroom.pool's, and the adapter's by_bytes (headroom.torch.megatron_fsdp.PLANNERS).
+PLANNERS = ("fixed", "max", "by_bytes", "interval")
+
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m headroom", description=__doc__.splitlines()[0],
@@ -20,8 +23,12 @@ def main(argv=None) -> int:
     ap.add_argument("--version", action="version", version=f"headroom {__version__}")
     ap.add_argument("--list", action="store_true", help="list the model presets and exit")
     ap.add_argument("--model", default="Nemotron-H-8B", help="model preset (see --list); default %(default)s")
-    ap.add_argument("--planner", choices=("fixed", "max", "by_bytes", "interval"), default=None,
-                    help="default: max for presets, interval for --trace (by_bytes: --trace only)")
+    ap.add_argument("--planner", choices=PLANNERS, default=None,
+                    help="fixed: Megatron-FSDP's FixedPool; max: its MaxPool as planned (max_dtype_bucket_sizes x "
+                         "buffers; at run time Megatron allocates lazily and may hold less); by_bytes: max with "
+                         "--category by_bytes; interval: by execution order (training + evaluation). max, by_bytes "
+                         "and interval are the planner names of headroom.torch.megatron_fsdp.install(). Default: "
+                         "max for presets, interval for --trace")
     ap.add_argument("--buffers", type=int, default=2, help="buffer groups of fixed / max plans; default %(default)s")
     ap.add_argument("--category", choices=("by_dtype", "by_bytes"), default="by_dtype",
                     help="slot typing of fixed / max plans; default %(default)s")
@@ -39,9 +46,6 @@ def main(argv=None) -> int:
     if args.trace:
         return _plan_traces(args)
     args.planner = args.planner or "max"
-    if args.planner == "by_bytes":
-        print("python -m headroom: --planner by_bytes plans traces only; use --category by_bytes", file=sys.stderr)
-        return 2
 
     if args.list:
         for name in pool.models.names():
@@ -49,6 +53,8 @@ def main(argv=None) -> int:
         return 0
     try:
         w = pool.model_workload(args.model, args.ep, fp8_params=args.fp8, grad_dtype=args.grads)
+        if args.planner == "by_bytes":  # the adapter's name for max with slots shared across dtypes
+            args.planner, args.category = "max", "by_bytes"
         if args.planner == "interval":
             p = pool.plan(w, "interval", orders=[pool.training_order(w), pool.evaluation_order(w)],
                           resident=args.resident, alignment=args.alignment)

@@ -46,3 +46,7 @@ def cxx_program(tmp_path_factory):
         return exe
 
     return build
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs a CUDA device (skipped without one); tools/gpu-check runs them")

@@ -55,3 +55,19 @@ def test_plans_lease_trace_files(tmp_path):
     bad.write_text("headroom-lease-trace 1\nacquire 0 1\n")
     err = run("--trace", str(bad))
     assert err.returncode == 2 and "line 2: acquire of bucket 0, which was never declared" in err.stderr
+
+
+def test_planner_names_are_the_adapters():
+    """One name per planner across the CLI and headroom.torch.megatron_fsdp.install()."""
+    from headroom.__main__ import PLANNERS
+
+    by_bytes = run("--model", "Jamba-1.5-Mini", "--ep", "8", "--planner", "by_bytes")
+    assert by_bytes.returncode == 0, by_bytes.stderr
+    w = pool.model_workload("Jamba-1.5-Mini", 8)
+    assert by_bytes.stdout == str(pool.plan(w, "max", category="by_bytes"))
+    assert by_bytes.stdout == run("--model", "Jamba-1.5-Mini", "--ep", "8", "--category", "by_bytes").stdout
+    try:
+        from headroom.torch import megatron_fsdp
+    except ImportError:  # no torch: the adapter's list cannot be read here
+        return
+    assert set(megatron_fsdp.PLANNERS) <= set(PLANNERS)

@@ -63,7 +63,7 @@ static_assert(!cp::row_element<float const>);       // output element types are 
 static_assert(splittable<double>);
 static_assert(adjoint_gatherable<float>);
 // An element that is not a row_element, and gather_adjoint on one that is not arithmetic (it sums),
-// stop at a sentence, a hard error: tests/core/compile_fail/cp_*.cpp.
+// stop at a sentence, a hard error: tests/cp/compile_fail/cp_*.cpp.
 
 // A read-only view never turns back into a writable one.
 static_assert(std::is_convertible_v<cp::matrix_view<int>, cp::matrix_view<int const>>);

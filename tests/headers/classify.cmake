@@ -1,14 +1,14 @@
 # Which substrates a public header needs, from its path under include/ (the layout rule of
-# docs/CONTRIBUTING.md): cuda/, nccl/, mpi/, <module>/cuda/, <module>/cuda.hpp and .cuh files are
-# substrate headers; everything else is CUDA-free. Shared by CMakeLists.txt (configure time) and
-# check_umbrella.cmake (test time), so both sides agree on the rule.
+# docs/CONTRIBUTING.md): cuda/, nccl/, mpi/, <module>/cuda/, <module>/cuda.hpp, <module>/mpi.hpp
+# and .cuh files are substrate headers; everything else is CUDA-free. Shared by CMakeLists.txt
+# (configure time) and check_umbrella.cmake (test time), so both sides agree on the rule.
 include_guard(GLOBAL)
 
 # Path pattern => what a header matching it needs (all matching rules add up).
 set(HEADROOM_HEADER_RULES
   "(^|/)cuda(/|[.]hpp$|[.]cuh$) => cuda"
   "nccl => cuda nccl"
-  "^headroom/mpi(/|[.]hpp$) => mpi"
+  "/mpi(/|[.]hpp$) => mpi"
   "[.]cuh$ => cuda nvcc")
 
 # headroom_header_needs(<header> <out-var>): <out-var> = list of cuda, nccl, mpi, nvcc (empty for a

@@ -66,7 +66,7 @@ static_assert(!guard_instantiable<host::aligned_resource, manual::stream, manual
               "a resource of another substrate's stream");
 static_assert(!guard_instantiable<int, host_s, host_e, stream_ordered>);
 // A policy the resource cannot serve (deferred on a plain resource, a tag without release) is a
-// static_assert with a sentence, so it is a hard error: tests/core/compile_fail/guard_*.cpp.
+// static_assert with a sentence, so it is a hard error: tests/lifetime/compile_fail/guard_*.cpp.
 
 // Guards are move-only owners.
 static_assert(!std::copy_constructible<host_guard<>>);

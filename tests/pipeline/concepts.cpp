@@ -119,7 +119,7 @@ static_assert(hp::byte_transport<thread_communicator>);
 static_assert(headroom::communicator<arithmetic_only_comm> && !hp::byte_transport<arithmetic_only_comm>);
 static_assert(makes_executor<thread_communicator, aligned_resource>);
 // A communicator without byte transfers or a non-resource stops at a sentence, a hard error:
-// tests/core/compile_fail/executor_*.cpp.
+// tests/pipeline/compile_fail/executor_*.cpp.
 
 TEST_CASE("a custom retention tag and a custom generator work end to end") {
   auto const s = hp::make_schedule<custom_generator>({.stages = 2, .microbatches = 3});

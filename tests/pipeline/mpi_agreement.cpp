@@ -12,7 +12,7 @@
 #include "headroom/host/aligned_resource.hpp"
 #include "headroom/mpi/communicator.hpp"
 #include "headroom/pipeline.hpp"
-#include "headroom/mpi/pipeline.hpp"
+#include "headroom/pipeline/mpi.hpp"
 
 namespace hp = headroom::pipeline;
 namespace mpi = headroom::mpi;

@@ -1,5 +1,5 @@
 // Run as: mpiexec -n 4 test_pipeline_mpi_executor
-// The executor over MPI processes (host buffers, MPI_Irecv / MPI_Isend through headroom/mpi/pipeline.hpp): every schedule's
+// The executor over MPI processes (host buffers, MPI_Irecv / MPI_Isend through headroom/pipeline/mpi.hpp): every schedule's
 // gradients and losses are bit-equal to a single-rank run of the same model (toy_model.hpp), each
 // rank checking its own chunks. Checks use CHECK, so a failing rank keeps issuing the same
 // transfers as the others instead of leaving them waiting.
@@ -15,7 +15,7 @@
 #include "headroom/lifetime/host.hpp"
 #include "headroom/mpi/communicator.hpp"
 #include "headroom/pipeline.hpp"
-#include "headroom/mpi/pipeline.hpp"
+#include "headroom/pipeline/mpi.hpp"
 #include "toy_model.hpp"
 
 namespace hp = headroom::pipeline;

@@ -76,7 +76,7 @@ static_assert(!pool_instantiable<host::inline_stream, host::inline_event, bad::n
 static_assert(pool_instantiable<host::inline_stream, host::inline_event, host::aligned_resource, strict, dynamic,
                                 record_at_reuse>);
 // A policy in the wrong slot is a static_assert with a sentence, a hard error:
-// tests/core/compile_fail/unit_pool_*.cpp.
+// tests/pool/compile_fail/unit_pool_*.cpp.
 
 // Leases are move-only: a copy could be released twice.
 static_assert(!std::is_copy_constructible_v<host_unit_pool<>::lease>);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "headroom/pool.hpp"
+#include "headroom/pool/models.hpp"
 #include "substrate.hpp"
 
 using namespace pool_test;

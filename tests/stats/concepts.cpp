@@ -43,15 +43,15 @@ static_assert(!hs::stat_value<float> && !hs::stat_value<int> && !hs::stat_value<
 static_assert(valid_field<hs::fixed_string("a"), std::int64_t>);
 static_assert(valid_field<hs::fixed_string("a"), double, hs::minimum>);
 // Other element types (float, bool, int), other ops and empty names stop at a sentence, a hard
-// error: tests/core/compile_fail/field_*.cpp.
+// error: tests/stats/compile_fail/field_*.cpp.
 
 // typed reports: distinct names, fields only
 using fa = hs::field<"a", std::int64_t>;
 using fb = hs::field<"b", double>;
 static_assert(valid_report<fa, fb> && valid_report<>);
-// Duplicate names and non-fields stop at a sentence: tests/core/compile_fail/report_*.cpp.
+// Duplicate names and non-fields stop at a sentence: tests/stats/compile_fail/report_*.cpp.
 static_assert(has_get<hs::report<fa, fb>, hs::fixed_string("b")>);
-// An unknown key is a compile error with a sentence (tests/core/compile_fail/report_unknown_key.cpp).
+// An unknown key is a compile error with a sentence (tests/stats/compile_fail/report_unknown_key.cpp).
 static_assert(hs::typed_report<hs::report<fa>> && !hs::typed_report<hs::dynamic_report>);
 
 // dynamic reports: integers and floating point, not bool or chars
@@ -68,7 +68,7 @@ static_assert(valid_nan<hs::ignore_nan> && !valid_nan<hs::minimum>);
 
 // reducers: reports and communicators
 static_assert(can_reduce<hs::dynamic_report> && can_reduce<hs::memory_report>);
-// Other arguments stop at a sentence, a hard error: tests/core/compile_fail/reducer_*.cpp.
+// Other arguments stop at a sentence, a hard error: tests/stats/compile_fail/reducer_*.cpp.
 static_assert(headroom::communicator<fake_device_comm>);
 static_assert(!hs::host_buffer_communicator<fake_device_comm>);  // host staging refuses device communicators
 static_assert(!hs::staging_for<hs::host_staging, fake_device_comm>);

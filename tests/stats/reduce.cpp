@@ -103,7 +103,7 @@ TEST_CASE("PR #3645 test 4: a group object without size() is rejected at compile
   static_assert(!headroom::communicator<no_size>);
   static_assert(can_max<thread_communicator>);
   // reducer::max(report, no_size) stops the build with a sentence naming headroom::communicator:
-  // tests/core/compile_fail/reducer_group_without_size.cpp.
+  // tests/stats/compile_fail/reducer_group_without_size.cpp.
 }
 
 TEST_CASE("PR #3645 test 5: maxima in exactly one all_reduce(max), input not mutated") {

@@ -14,7 +14,7 @@
 //                                          A batch destroyed without end() is abandoned
 //                                          (posting threw): nothing posted in it is waited on
 //                                          by the host; NCCL still launches what was posted,
-//                                          MPI cancels its sends (see mpi/pipeline.hpp)
+//                                          MPI cancels its sends (see pipeline/mpi.hpp)
 //   all_gather(in, out, s, resource)       the executor's one check collective (host words)
 //   finish(s)                              the step's closing handshake: a rank that finished
 //                                          still learns of a failure elsewhere
@@ -34,7 +34,7 @@
 //                             first; the lists are projections of one global order, so they
 //                             arrive in that order). abort() aborts the thread_group; finish()
 //                             is a barrier; a batch changes nothing (sends are buffered).
-//   mpi::communicator         mpi/pipeline.hpp: MPI_Irecv posted at its place, MPI_Isend, every
+//   mpi::communicator         pipeline/mpi.hpp: MPI_Irecv posted at its place, MPI_Isend, every
 //                             wait polling for an abort message; finish() is an MPI_Ibarrier; a
 //                             batch's MPI_Isends are completed together at its end.
 #include <concepts>
@@ -108,7 +108,7 @@ class in_order_transport {
 }  // namespace detail
 
 /// The default: transfers in list order (see above). pipeline/cuda/executor.hpp specializes it
-/// for device communicators (the check collective goes through device memory), mpi/pipeline.hpp
+/// for device communicators (the check collective goes through device memory), pipeline/mpi.hpp
 /// for MPI.
 template <class Comm>
 class transport : public detail::in_order_transport<Comm> {

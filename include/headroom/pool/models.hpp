@@ -1,5 +1,6 @@
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
+// headroom: included by name, not by the umbrella (a table of presets, not part of the pool API)
 // Workloads of real hybrid models (Mamba + attention + MLP + MoE), built from their configuration
 // the way Megatron-FSDP buckets them (one unit per layer). Pure functions: used by the
 // tests, the footprint benchmark and the demo.

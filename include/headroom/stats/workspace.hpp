@@ -10,7 +10,7 @@
 // NCCL's peer mappings, can wait for the peers' devices). Where one process drives several GPUs
 // from threads, make the workspace before the ranks' collectives begin and destroy it after
 // every rank has finished them: one rank inside cudaFree while a peer's NCCL kernel waits for
-// that rank's next collective is a deadlock (bench/scale_validation.cu, docs/scale.md).
+// that rank's next collective is a deadlock (tests/nccl/scale_validation.cu, docs/scale.md).
 #include <cstddef>
 #include <span>
 #include <utility>

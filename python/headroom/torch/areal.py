@@ -19,6 +19,7 @@ import torch
 
 from headroom import invalid_argument
 
+from ._dropin import peer_terms
 from .cp import Partition, gather
 
 __all__ = [
@@ -42,10 +43,15 @@ def _mpu():
 def _cp(what: str, cp_size: Optional[int], cp_rank: Optional[int], cp_group=None, need_group: bool = False):
     """(cp_size, cp_rank, group) from the keywords, else from Megatron's parallel_state."""
     mpu = _mpu()
-    if cp_size is None or cp_rank is None or (need_group and cp_group is None):
-        if mpu is None:
-            raise invalid_argument(f"{what}: Megatron's parallel_state is not importable; pass cp_size=, cp_rank= "
-                                   "(and cp_group= for a gather)")
+    if mpu is None:
+        missing = [n for n, v in (("cp_size", cp_size), ("cp_rank", cp_rank)) if v is None]
+        if need_group and cp_group is None and (cp_size is None or cp_size > 1):
+            missing.append("cp_group")
+        if missing:
+            group = " (the context-parallel torch.distributed process group)" if "cp_group" in missing else ""
+            raise invalid_argument(f"{what}: {', '.join(missing)} not given, and Megatron's parallel_state, where AReaL "
+                                   f"finds them, is not importable; pass {'=, '.join(missing)}={group}")
+    else:
         cp_size = mpu.get_context_parallel_world_size() if cp_size is None else cp_size
         cp_rank = mpu.get_context_parallel_rank() if cp_rank is None else cp_rank
         if need_group and cp_group is None and cp_size > 1:
@@ -53,8 +59,13 @@ def _cp(what: str, cp_size: Optional[int], cp_rank: Optional[int], cp_group=None
     return int(cp_size), int(cp_rank), cp_group
 
 
-def _partition(cu_seqlens: torch.Tensor, cp_size: int, cp_rank: int) -> Partition:
-    return Partition(cu_seqlens, cp_size, cp_rank)
+# AReaL pads with areal.utils.data.pad_packed_tensor_dict before these helpers.
+_PAD = "pad first (AReaL: pad_packed_tensor_dict with seq_align_to = tp_size * cp_size * 2)"
+
+
+def _partition(cu_seqlens: torch.Tensor, cp_size: int, cp_rank: int, what: str) -> Partition:
+    with peer_terms(what, _PAD, {"cp": "cp_size"}):
+        return Partition(cu_seqlens, cp_size, cp_rank)
 
 
 def preprocess_packed_seqs_context_parallel(input_ids: torch.Tensor, cu_seqlens: torch.Tensor, *,
@@ -79,17 +90,20 @@ def preprocess_packed_seqs_context_parallel(input_ids: torch.Tensor, cu_seqlens:
                              cu_seqlens_kv_padded=cu_seqlens)
     if cp_size <= 1:
         return input_ids.unsqueeze(0), params
-    return _partition(cu_seqlens, cp_size, cp_rank).split(input_ids.contiguous()).unsqueeze(0), params
+    with peer_terms(what, _PAD, {"input": "input_ids"}):
+        return _partition(cu_seqlens, cp_size, cp_rank, what).split(input_ids.contiguous()).unsqueeze(0), params
 
 
 def split_packed_seqs_for_context_parallel(tensor: torch.Tensor, cu_seqlens: torch.Tensor, *,
                                            cp_size: Optional[int] = None,
                                            cp_rank: Optional[int] = None) -> torch.Tensor:
     """This rank's rows of a padded packed tensor (dim 0); unchanged at cp <= 1 (AReaL)."""
-    cp_size, cp_rank, _ = _cp("split_packed_seqs_for_context_parallel", cp_size, cp_rank)
+    what = "split_packed_seqs_for_context_parallel"
+    cp_size, cp_rank, _ = _cp(what, cp_size, cp_rank)
     if cp_size <= 1:
         return tensor
-    return _partition(cu_seqlens, cp_size, cp_rank).split(tensor.contiguous())
+    with peer_terms(what, _PAD, {"input": "tensor"}):
+        return _partition(cu_seqlens, cp_size, cp_rank, what).split(tensor.contiguous())
 
 
 def cp_local_labels(input_ids: torch.Tensor, cu_seqlens: torch.Tensor, *, cp_size: Optional[int] = None,
@@ -103,7 +117,8 @@ def cp_local_labels(input_ids: torch.Tensor, cu_seqlens: torch.Tensor, *, cp_siz
 def build_cp_reassemble_indices(padded_cu_seqlens: torch.Tensor, cp_size: int) -> torch.Tensor:
     """indices[dst] = src into torch.cat(all-gathered local tensors) (AReaL's
     ``_build_cp_reassemble_indices``), int64 on padded_cu_seqlens' device."""
-    return _partition(padded_cu_seqlens, cp_size, 0).gather_index(device=padded_cu_seqlens.device)
+    what = "build_cp_reassemble_indices"
+    return _partition(padded_cu_seqlens, cp_size, 0, what).gather_index(device=padded_cu_seqlens.device)
 
 
 _build_cp_reassemble_indices = build_cp_reassemble_indices
@@ -114,10 +129,12 @@ def reassemble_cp_packed_logprobs(local_tensor: torch.Tensor, padded_cu_seqlens:
                                   cp_group=None) -> torch.Tensor:
     """All-gather CP-local tensors and put them in sequence order; backward reduce-scatters
     (AReaL #1249). Returns local_tensor itself at cp <= 1."""
-    cp_size, cp_rank, group = _cp("reassemble_cp_packed_logprobs", cp_size, cp_rank, cp_group, need_group=True)
+    what = "reassemble_cp_packed_logprobs"
+    cp_size, cp_rank, group = _cp(what, cp_size, cp_rank, cp_group, need_group=True)
     if cp_size <= 1:
         return local_tensor
-    return gather(local_tensor.contiguous(), _partition(padded_cu_seqlens, cp_size, cp_rank), group)
+    with peer_terms(what, _PAD, {"local input": "local_tensor"}):
+        return gather(local_tensor.contiguous(), _partition(padded_cu_seqlens, cp_size, cp_rank, what), group)
 
 
 def postprocess_packed_seqs_context_parallel(output: torch.Tensor, cu_seqlens: Optional[torch.Tensor],
@@ -129,8 +146,10 @@ def postprocess_packed_seqs_context_parallel(output: torch.Tensor, cu_seqlens: O
     gather_output is False; output unchanged when not post_process."""
     if not post_process:
         return output
-    cp_size, cp_rank, group = _cp("postprocess_packed_seqs_context_parallel", cp_size, cp_rank, cp_group,
-                                  need_group=True)
+    what = "postprocess_packed_seqs_context_parallel"
+    cp_size, cp_rank, group = _cp(what, cp_size, cp_rank, cp_group, need_group=True)
     if cp_size <= 1 or cu_seqlens is None or not gather_output:
         return output.squeeze(0)
-    return gather(output.squeeze(0).contiguous(), _partition(cu_seqlens, cp_size, cp_rank), group, gradient="local")
+    with peer_terms(what, _PAD, {"local input": "output"}):
+        return gather(output.squeeze(0).contiguous(), _partition(cu_seqlens, cp_size, cp_rank, what), group,
+                      gradient="local")

@@ -554,7 +554,8 @@ def _call(op, impl, grad, x, entry, args):
 
 
 class Partition:
-    """One CP rank's share of a packed batch, built once from ``cu_seqlens`` and reused.
+    """One CP rank's share of a packed batch, built once from ``cu_seqlens`` and reused: a
+    ``headroom.cp.Partition`` (the C++ one, :attr:`partition`) with the torch ops.
 
     ``Partition(padded_cu_seqlens, cp_size, cp_rank)`` takes boundaries already padded so that the
     layout can cut them (every sequence a multiple of ``2 * cp_size`` for ``dual_chunk``);
@@ -589,6 +590,7 @@ class Partition:
         return self
 
     def _op_args(self):
+        self._agreed = set()  # (dtype, width) of the gathers the group agreed on (see gather)
         # The ops' arguments after the tensor, built once: the methods pass them as they are.
         cp_size, cp_rank, layout, _ = self._padded.args
         self._split_args = (self._cu, cp_size, cp_rank, layout)
@@ -603,6 +605,12 @@ class Partition:
     global_rows = property(lambda self: self._padded.global_rows, doc="Padded rows of the whole batch (T).")
     local_rows = property(lambda self: self._padded.local_rows, doc="This rank's rows (T / cp_size).")
     sequences = property(lambda self: self._padded.partition.sequences)
+
+    @property
+    def partition(self) -> "headroom.cp.Partition":
+        """The ``headroom.cp.Partition`` (the C++ partition) this one is built on: the same
+        batch and rank, without the torch ops."""
+        return self._padded.partition
 
     @property
     def cu_seqlens(self) -> torch.Tensor:
@@ -733,18 +741,15 @@ def shifted_label_split(raw_ids: torch.Tensor, partition: Partition, raw_loss_ma
 # ---- gather over a torch.distributed group, and the last stage's output policy ------------------------
 
 
-def _check_group(partition: Partition, group, what: str) -> None:
+def _group_error(partition: Partition, group, what: str) -> Optional[str]:
     import torch.distributed as dist
 
-    key = group if group is not None else dist.group.WORLD
-    if partition.__dict__.get("_group_checked") is key:  # checked for this partition already (every call asks)
-        return
     size = dist.get_world_size(group)
     rank = dist.get_rank(group)
     if size != partition.cp_size or rank != partition.cp_rank:
-        raise invalid_argument(f"{what}: the group has rank {rank} of {size}, the partition is rank "
-                               f"{partition.cp_rank} of cp_size {partition.cp_size}")
-    partition._group_checked = key
+        return (f"{what}: the group has rank {rank} of {size}, the partition is rank {partition.cp_rank} of cp_size "
+                f"{partition.cp_size}")
+    return None
 
 
 _GATHER_METHODS = ("auto", "all_gather", "pipelined", "in_place")
@@ -756,14 +761,74 @@ _SMALL_GATHER_BYTES = 1 << 20
 _IN_PLACE_MESSAGE_BYTES = 64 << 20
 
 
+# torch dtypes by a number every rank computes alike (the same torch on every rank), for the agreement.
+_DTYPES = sorted({v for v in vars(torch).values() if isinstance(v, torch.dtype)}, key=str)
+_AGREE_FIELDS = ("cp_rank", "cp_size", "layout", "rows", "sequences", "cu_seqlens fingerprint", "dtype", "width")
+
+
+def _describe(values) -> str:
+    rank, cp_size, layout, rows, sequences, fp, dtype, width = values
+    return (f"cp rank {rank} of {cp_size}, layout {_LAYOUTS[layout]}, {rows} rows in {sequences} sequences "
+            f"(cu_seqlens fingerprint {fp:#x}), dtype {_DTYPES[dtype]}, width {width}")
+
+
+def _agree(local: torch.Tensor, partition: Partition, group, what: str) -> None:
+    """Before the first gather of a (partition, dtype, width): every rank checks its own arguments,
+    then one all_gather of a few int64 per rank, so that a rank with bad input, or ranks that
+    describe different batches (cu_seqlens, layout, dtype, row width), raise on every rank instead
+    of a scrambled result or an aborted process. Kept per partition once it passed."""
+    import torch.distributed as dist
+
+    key = (local.dtype, _width(local))
+    if key in partition._agreed:
+        return
+    error = _group_error(partition, group, what)
+    if error is None:
+        try:
+            _check_rows(local, partition.local_rows, what, "local input", "this rank's rows")
+        except invalid_argument as e:
+            error = str(e)
+    world = dist.get_world_size(group)
+    e = partition._padded
+    mine = [0 if error is None else 1, partition.cp_rank, partition.cp_size, _LAYOUTS.index(partition.layout),
+            e.global_rows, e.partition.sequences, e.partition.fingerprint(0, 1),  # the boundaries' part
+            _DTYPES.index(local.dtype), key[1]]
+    device = local.device if local.is_cuda else torch.device("cpu")
+    out = torch.empty(world * len(mine), dtype=torch.int64, device=device)
+    dist.all_gather_into_tensor(out, torch.tensor(mine, dtype=torch.int64, device=device), group=group)
+    ranks = out.view(world, len(mine)).tolist()
+    if error is not None:
+        raise invalid_argument(error)
+    me = dist.get_rank(group)
+    failed = [r for r, v in enumerate(ranks) if v[0]]
+    if failed:
+        raise headroom.collective_mismatch(f"{what} on rank {me}: rank(s) {failed} of the group rejected their "
+                                           "arguments (see their error); no data moved")
+    for r, v in enumerate(ranks):  # every field but the rank (checked against the group above) must match
+        if v[2:] != ranks[me][2:]:
+            diff = [f for f, a, b in zip(_AGREE_FIELDS[1:], v[2:], ranks[me][2:]) if a != b]
+            a, b = sorted((me, r))
+            raise headroom.collective_mismatch(
+                f"{what} on rank {me}: ranks {a} and {b} describe different batches ({', '.join(diff)} differ): "
+                f"rank {a} has {_describe(ranks[a][1:])}; rank {b} has {_describe(ranks[b][1:])}; no data moved")
+    partition._agreed.add(key)
+
+
 def gather(local: torch.Tensor, partition: Partition, group=None, *, gradient: str = "reduce_scatter",
-           method: str = "auto") -> torch.Tensor:
-    """Every rank's [T/cp, ...] -> [T, ...] in sequence order on every rank. ``gradient="reduce_scatter"``
-    (the adjoint): rank r's gradient is the sum over ranks of split_r(dy_k), so a loss computed
-    identically on every rank gets a factor cp (AReaL's reassemble_cp_packed_logprobs; count
-    tokens over DP x CP to cancel it). ``gradient="local"``: the peers' rows are detached and only
-    this rank's gradient flows back (AReaL's postprocess_packed_seqs_context_parallel), no
-    collective in backward.
+           method: str = "auto", check: bool = True) -> torch.Tensor:
+    """Every rank's [T/cp, ...] -> [T, ...] in sequence order on every rank (all-gather, then the
+    reorder kernel). ``gradient="reduce_scatter"`` (the adjoint): rank r's gradient is the sum
+    over ranks of split_r(dy_k), so a loss computed identically on every rank gets a factor cp
+    (AReaL's reassemble_cp_packed_logprobs; count tokens over DP x CP to cancel it).
+    ``gradient="local"``: the peers' rows are detached and only this rank's gradient flows back
+    (AReaL's postprocess_packed_seqs_context_parallel), no collective in backward.
+
+    ``check=True``: the first gather of each (partition, dtype, row width) agrees across the group
+    first (one all_gather of 9 int64 per rank: cu_seqlens fingerprint, layout, cp rank and size,
+    dtype, width); ranks that differ raise ``headroom.collective_mismatch`` on every rank with both
+    ranks' values. Build partitions on every rank alike: the check runs on the ranks whose
+    partition has not passed it yet. ``check=False`` skips it (a mismatch then returns scrambled
+    rows or aborts in the backend).
 
     ``method`` (CUDA tensors; CPU tensors always take "all_gather"): "all_gather" gathers rank-major
     then reorders (one more [T, ...] buffer and pass); "pipelined" places this rank's rows from
@@ -777,11 +842,27 @@ def gather(local: torch.Tensor, partition: Partition, group=None, *, gradient: s
         raise invalid_argument(f"{what}: method = {method!r}, expected one of {', '.join(map(repr, _GATHER_METHODS))}")
     if partition.cp_size == 1:
         return partition.to_sequence_order(local)
-    _check_group(partition, group, what)
-    _check_rows(local, partition.local_rows, what, "local input", "this rank's rows")
+    if check:
+        _agree(local, partition, group, what)
+    else:
+        _check_group(partition, group, what)
+        _check_rows(local, partition.local_rows, what, "local input", "this rank's rows")
     if local.requires_grad and _grad_enabled():
         return _Gather.apply(local, partition, group, gradient == "reduce_scatter", method)
     return _gather(local, partition, group, method)
+
+
+def _check_group(partition: Partition, group, what: str) -> None:
+    """The group check alone (gather(check=False)), once per partition and group."""
+    import torch.distributed as dist
+
+    key = group if group is not None else dist.group.WORLD
+    if partition.__dict__.get("_group_checked") is key:
+        return
+    error = _group_error(partition, group, what)
+    if error is not None:
+        raise invalid_argument(error)
+    partition._group_checked = key
 
 
 def _gather(local, partition, group, method):

@@ -12,6 +12,9 @@
   ``None`` records no stacks. ``max_entries`` bounds the history.
 * ``on_oom=True`` attaches torch's out-of-memory observer: an OOM writes
   ``oom_step_<n>.<coords>.pickle`` (with the history of the step if it was recorded).
+* The default backend is torch.cuda's recorder: constructing a profiler on a machine where
+  ``torch.cuda.is_available()`` is False raises ``headroom.cuda_error`` at once, before any file
+  is written (pass ``backend=`` to record something else).
 * Files are named by step and parallel coordinates, written to ``<name>.partial`` and renamed, so
   a crash never leaves half a snapshot under the final name; pickle protocol 4 (memory_viz's
   reader).
@@ -63,6 +66,14 @@ class TorchCudaBackend:
     """torch.cuda's recorder, snapshot and OOM observer (private APIs, feature-detected)."""
 
     def __init__(self, device=None):
+        if not torch.cuda.is_available():
+            build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
+            raise headroom.cuda_error(
+                f"MemoryProfiler: torch {torch.__version__} ({build}) sees no CUDA device "
+                "(torch.cuda.is_available() is False), and the default backend records torch.cuda's allocator; run "
+                "on a machine with a GPU, or pass backend= (an object with start, stop, snapshot and "
+                "attach_oom_observer)"
+            )
         self.device = device
 
     def start(self, stacks: Optional[str], max_entries: int) -> None:
@@ -147,9 +158,9 @@ class MemoryProfiler:
         self.stacks = stacks
         self.max_entries = max_entries
         self.active = ranks is None or (rank or 0) in set(ranks)
+        self.backend = backend if backend is not None else TorchCudaBackend()  # checks for CUDA, before any file
         self.out_dir = Path(out_dir)
         self._probe_out_dir()
-        self.backend = backend if backend is not None else TorchCudaBackend()
         self.pool_events = pool_events
         self.written: List[Path] = []
         self._step: Optional[int] = None

@@ -15,27 +15,23 @@ import torch
 
 from headroom import invalid_argument
 
-from .cp import Partition, _host_cu
+from ._dropin import peer_terms
+from .cp import Partition
 
-__all__ = [
-    "thd_get_partitioned_indices",
-    "thd_sequence_order_to_cp_rank_order",
-    "thd_cp_rank_order_to_sequence_order",
-]
-
-
-def _partition(cu_seqlens: torch.Tensor, total_tokens: int, world_size: int, rank: int, what: str) -> Partition:
-    host = _host_cu(cu_seqlens, what)
-    if world_size < 1:
-        raise invalid_argument(f"{what}: world_size = {world_size}, expected >= 1")
-    if total_tokens % (2 * world_size) != 0:
-        raise invalid_argument(f"{what}: total_tokens = {total_tokens}, expected a multiple of 2 * world_size = "
-                               f"{2 * world_size}")
-    last = int(host[-1]) if host.numel() else 0
-    if total_tokens != last:
-        raise invalid_argument(f"{what}: total_tokens = {total_tokens}, but cu_seqlens[-1] = {last}; expected the "
+def _partition(cu_seqlens: torch.Tensor, total: int, size: int, rank: int, what: str, total_name: str = "total_tokens",
+               size_name: str = "world_size") -> Partition:
+    """The partition TE's function describes, its errors in TE's argument names."""
+    if size < 1:
+        raise invalid_argument(f"{what}: {size_name} = {size}, expected >= 1")
+    if total % (2 * size) != 0:
+        raise invalid_argument(f"{what}: {total_name} = {total}, expected a multiple of 2 * {size_name} = {2 * size}")
+    pad = f"pad every sequence to a multiple of 2 * {size_name} first (TE's cu_seqlens_padded)"
+    with peer_terms(what, pad, {"cp": size_name, "cp_rank": "rank"}):
+        p = Partition(cu_seqlens, size, rank)
+    if total != p.global_rows:
+        raise invalid_argument(f"{what}: {total_name} = {total}, but cu_seqlens[-1] = {p.global_rows}; expected the "
                                "padded total")
-    return Partition(host, world_size, rank)
+    return p
 
 
 def thd_get_partitioned_indices(cu_seqlens: torch.Tensor, total_tokens: int, world_size: int,
@@ -48,11 +44,13 @@ def thd_get_partitioned_indices(cu_seqlens: torch.Tensor, total_tokens: int, wor
 
 def thd_sequence_order_to_cp_rank_order(tensor: torch.Tensor, cu_seqlens: torch.Tensor, cp_size: int) -> torch.Tensor:
     """Sequence order -> the rank-major concatenation of every rank's local rows (dim 0)."""
-    p = _partition(cu_seqlens, tensor.shape[0], cp_size, 0, "thd_sequence_order_to_cp_rank_order")
+    p = _partition(cu_seqlens, tensor.shape[0], cp_size, 0, "thd_sequence_order_to_cp_rank_order", "tensor.shape[0]",
+                   "cp_size")
     return p.to_rank_order(tensor.contiguous())
 
 
 def thd_cp_rank_order_to_sequence_order(tensor: torch.Tensor, cu_seqlens: torch.Tensor, cp_size: int) -> torch.Tensor:
     """Rank-major (an all-gather of the local rows) -> sequence order (dim 0)."""
-    p = _partition(cu_seqlens, tensor.shape[0], cp_size, 0, "thd_cp_rank_order_to_sequence_order")
+    p = _partition(cu_seqlens, tensor.shape[0], cp_size, 0, "thd_cp_rank_order_to_sequence_order", "tensor.shape[0]",
+                   "cp_size")
     return p.to_sequence_order(tensor.contiguous())

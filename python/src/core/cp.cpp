@@ -19,6 +19,7 @@
 
 #include "bindings.hpp"
 #include "convert.hpp"
+#include "headroom/cp/gather.hpp"  // detail::batch_fingerprint, what the host gather agrees on
 #include "headroom/cp/layout.hpp"
 #include "headroom/cp/ops.hpp"
 #include "headroom/cp/padding.hpp"
@@ -191,6 +192,16 @@ void bind_cp(nb::module_& m) {
           [](any_partition const& a) { return a.visit([](auto const& p) { return to_numpy(p.gather_index()); }); },
           "Row of the rank-major all-gather output for every global row: "
           "sequence_order = gathered.index_select(0, gather_index).")
+      .def(
+          "fingerprint",
+          [](any_partition const& a, int_arg width, int_arg element_bytes) {
+            std::int64_t const w = as_i64(width, "width"), e = as_i64(element_bytes, "element_bytes");
+            expects(w >= 0 && e >= 1, "width = ", w, ", element_bytes = ", e, "; expected width >= 0 and element_bytes >= 1");
+            return a.visit([&](auto const& p) { return cp::detail::batch_fingerprint(p, w, static_cast<std::size_t>(e)); });
+          },
+          nb::arg("width"), nb::arg("element_bytes"),
+          "What every rank of one gather must share (layout, cp size, boundaries, row width, element size) as one "
+          "non-negative int64: the number the C++ host gather agrees on before moving data.")
       .def("same_batch",
            [](any_partition const& a, any_partition const& b) {
              return a.p.index() == b.p.index() &&

@@ -2,6 +2,7 @@
 // plans as data, validation, fingerprints, the model presets and the host unit pool (for
 // can_acquire and acquire/release on a plan). python/headroom/pool.py is the Pythonic layer.
 #include "headroom/pool.hpp"
+#include "headroom/pool/models.hpp"
 
 #include <nanobind/nanobind.h>
 #include <nanobind/operators.h>

@@ -69,6 +69,58 @@ def test_te_bad_input():
         te.thd_get_partitioned_indices(torch.tensor([0.0, 8.0]), 8, 2, 0)
 
 
+def test_te_errors_speak_te():
+    """What TE code sees: TE's function and argument names and TE's way to pad, no headroom C++ names."""
+    cu = torch.tensor([0, 6, 16], dtype=torch.int32)
+    cases = [
+        (lambda: te.thd_get_partitioned_indices(cu, 16, 2, 0),
+         "thd_get_partitioned_indices: sequence 0 has padded length 6 (cu_seqlens[0] = 0, cu_seqlens[1] = 6), expected "
+         "a multiple of 4 for layout dual_chunk at world_size = 2; pad every sequence to a multiple of 2 * world_size "
+         "first (TE's cu_seqlens_padded)"),
+        (lambda: te.thd_get_partitioned_indices(torch.tensor([0, 8, 16]), 16, 2, 3),
+         "thd_get_partitioned_indices: rank = 3 out of range [0, 2)"),
+        (lambda: te.thd_cp_rank_order_to_sequence_order(torch.zeros(12), torch.tensor([0, 8, 16]), 2),
+         "thd_cp_rank_order_to_sequence_order: tensor.shape[0] = 12, but cu_seqlens[-1] = 16; expected the padded total"),
+        (lambda: te.thd_sequence_order_to_cp_rank_order(torch.zeros(16), cu, 2),
+         "at cp_size = 2; pad every sequence to a multiple of 2 * cp_size first"),
+    ]
+    for call, text in cases:
+        with pytest.raises(headroom.invalid_argument) as e:
+            call()
+        assert text in str(e.value) and "cp::" not in str(e.value), str(e.value)
+
+
+def test_areal_errors_speak_areal(monkeypatch):
+    """AReaL's names, and a missing cp_group reported as such, without Megatron installed."""
+    monkeypatch.setattr(hr_areal, "_mpu", lambda: None)
+    bad = torch.tensor([0, 6, 16])
+    cases = [
+        (lambda: hr_areal.split_packed_seqs_for_context_parallel(torch.zeros(16), bad, cp_size=2, cp_rank=0),
+         "split_packed_seqs_for_context_parallel: sequence 0 has padded length 6 (cu_seqlens[0] = 0, cu_seqlens[1] = "
+         "6), expected a multiple of 4 for layout dual_chunk at cp_size = 2; pad first (AReaL: pad_packed_tensor_dict "
+         "with seq_align_to = tp_size * cp_size * 2)"),
+        (lambda: hr_areal.split_packed_seqs_for_context_parallel(torch.zeros(15), torch.tensor([0, 8, 16]), cp_size=2,
+                                                                 cp_rank=0),
+         "split_packed_seqs_for_context_parallel: tensor has 15 rows (shape (15,)), expected 16"),
+        (lambda: hr_areal.build_cp_reassemble_indices(bad, 2), "build_cp_reassemble_indices: sequence 0 has padded"),
+        (lambda: hr_areal.cp_local_labels(torch.zeros(16), torch.tensor([0, 8, 16]), cp_size=2, cp_rank=5),
+         "cp_rank = 5 out of range [0, 2)"),
+        (lambda: hr_areal.reassemble_cp_packed_logprobs(torch.zeros(8), torch.tensor([0, 8, 16]), cp_size=2, cp_rank=0),
+         "reassemble_cp_packed_logprobs: cp_group not given, and Megatron's parallel_state, where AReaL finds them, is "
+         "not importable; pass cp_group= (the context-parallel torch.distributed process group)"),
+        (lambda: hr_areal.split_packed_seqs_for_context_parallel(torch.zeros(16), bad),
+         "cp_size, cp_rank not given, and Megatron's parallel_state, where AReaL finds them, is not importable; pass "
+         "cp_size=, cp_rank="),
+    ]
+    for call, text in cases:
+        with pytest.raises(headroom.invalid_argument) as e:
+            call()
+        assert text in str(e.value) and "cp::" not in str(e.value), str(e.value)
+    # cp_size = 1 needs no group: the tensor comes back as it is.
+    t = torch.zeros(8)
+    assert hr_areal.reassemble_cp_packed_logprobs(t, torch.tensor([0, 8]), cp_size=1, cp_rank=0) is t
+
+
 # ---- AReaL ------------------------------------------------------------------------------------------------
 
 

@@ -1,6 +1,7 @@
 """gather and collect_output over a real torch.distributed group: CP ranks are processes on the
 gloo backend (CPU). Values in sequence order, the adjoint's gradient (x cp for a replicated
-loss, or local only), every gather_output policy, AReaL's gathers against headroom's."""
+loss, or local only), every gather_output policy, AReaL's gathers against headroom's; ranks that
+disagree (cu_seqlens, dtype, width, layout, a bad local input) raise on every rank."""
 import os
 import sys
 
@@ -18,6 +19,8 @@ def _worker(rank, world, store_file, areal_ok):
     dist.init_process_group("gloo", init_method=f"file://{store_file}", rank=rank, world_size=world)
     try:
         _checks(rank, world, areal_ok)
+        if world == 2:
+            _disagreements(rank)
     finally:
         dist.destroy_process_group()
 
@@ -142,3 +145,66 @@ def test_gather_over_gloo(world, tmp_path):
     mp.spawn(_worker, args=(world, str(tmp_path / "store"), areal_ok), nprocs=world, join=True)
     if not areal_ok:
         pytest.skip("gather checked; AReaL's gathers not compared (AReaL is not installed)")
+
+
+def _raises(exc, parts, fn):
+    try:
+        fn()
+    except exc as e:
+        for p in parts:
+            assert p in str(e), (p, str(e))
+        return
+    raise AssertionError(f"expected {exc.__name__} with {parts}")
+
+
+def _disagreements(rank):
+    import headroom
+    from headroom.torch import cp
+
+    calls = []
+    real = dist.all_gather_into_tensor
+    dist.all_gather_into_tensor = lambda *a, **k: calls.append(1) or real(*a, **k)
+    try:
+        # Agreed once per (partition, dtype, width): the second gather moves the data only.
+        part = cp.Partition([0, 8, 16], 2, rank)
+        x = torch.arange(16.0).unsqueeze(1)
+        assert torch.equal(cp.gather(part.split(x), part), x) and len(calls) == 2
+        assert torch.equal(cp.gather(part.split(x), part), x) and len(calls) == 3
+        assert torch.equal(cp.gather(part.split(x), part, check=False), x) and len(calls) == 4
+    finally:
+        dist.all_gather_into_tensor = real
+
+    def mismatch(fields, a, b):
+        return [f"on rank {rank}: ranks 0 and 1 describe different batches ({fields} differ): rank 0 has cp rank 0 of "
+                f"2, layout dual_chunk, {a}", f"; rank 1 has cp rank 1 of 2, layout dual_chunk, {b}", "no data moved"]
+
+    # Different cu_seqlens (same total: the data would gather and come back scrambled).
+    p = cp.Partition([0, 8, 16] if rank == 0 else [0, 4, 16], 2, rank)
+    fp = [cp.Partition(c, 2, 0)._padded.partition.fingerprint(0, 1) for c in ([0, 8, 16], [0, 4, 16])]
+    _raises(headroom.collective_mismatch,
+            mismatch("cu_seqlens fingerprint", f"16 rows in 2 sequences (cu_seqlens fingerprint {fp[0]:#x})",
+                     f"16 rows in 2 sequences (cu_seqlens fingerprint {fp[1]:#x})"),
+            lambda: cp.gather(p.split(torch.zeros(16, 3)), p))
+    # Different dtypes, and widths (gloo would abort the process): every rank raises instead.
+    p = cp.Partition([0, 8, 16], 2, rank)
+    dtype = torch.float32 if rank == 0 else torch.bfloat16
+    _raises(headroom.collective_mismatch, mismatch("dtype", "16 rows", "16 rows") +
+            ["dtype torch.float32, width 3; rank 1", "dtype torch.bfloat16, width 3; no data"],
+            lambda: cp.gather(torch.zeros(8, 3, dtype=dtype), p))
+    _raises(headroom.collective_mismatch, ["(width differ)", "width 3; rank 1", "width 5; no data"],
+            lambda: cp.gather(torch.zeros(8, 3 if rank == 0 else 5), p))
+    # Different layouts.
+    q = cp.Partition([0, 8, 16], 2, rank, layout="dual_chunk" if rank == 0 else "contiguous")
+    _raises(headroom.collective_mismatch, ["(layout, cu_seqlens fingerprint differ)", "layout dual_chunk",
+                                           "layout contiguous"],
+            lambda: cp.gather(torch.zeros(8, 1), q))
+    # A rank with bad input raises its own error; the other is told, and neither waits.
+    rows = 8 if rank == 0 else 7
+    if rank == 1:
+        _raises(headroom.invalid_argument, ["local input has 7 rows"], lambda: cp.gather(torch.zeros(rows, 2), p))
+    else:
+        _raises(headroom.collective_mismatch, ["on rank 0: rank(s) [1] of the group rejected their arguments"],
+                lambda: cp.gather(torch.zeros(rows, 2), p))
+    # After all that, the partition still gathers (the failures were not cached as agreed).
+    assert torch.equal(cp.gather(p.split(torch.arange(16.0)), p), torch.arange(16.0))
+

@@ -175,6 +175,17 @@ def test_bad_configuration_names_the_value(tmp_path):
         prof.end_step(3)
 
 
+def test_the_default_backend_needs_cuda_at_construction(tmp_path):
+    if torch.cuda.is_available():
+        hp.MemoryProfiler(steps=[0], out_dir=tmp_path / "snaps")
+        assert (tmp_path / "snaps").is_dir()
+        return
+    with pytest.raises(headroom.cuda_error, match=r"MemoryProfiler: torch .* sees no CUDA device \(torch.cuda."
+                                                  r"is_available\(\) is False\).*pass backend="):
+        hp.MemoryProfiler(steps=[0], out_dir=tmp_path / "snaps")
+    assert not (tmp_path / "snaps").exists()  # refused before anything was written
+
+
 def test_pool_slots_are_merged_into_the_snapshot(tmp_path):
     gc.collect()  # allocators of earlier tests are gone: this one is the only arena
     a = hm.PoolAllocator("fsdp_params", cpu_groups(hybrid_groups()))

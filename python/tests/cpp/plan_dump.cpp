@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "headroom/pool.hpp"
+#include "headroom/pool/models.hpp"
 
 namespace {
 

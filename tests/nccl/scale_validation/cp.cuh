@@ -1,6 +1,6 @@
 #pragma once
 // Scale validation [cp]: correctness over CP x DP groups, then bandwidth at cp = N.
-// Part of bench/scale_validation.cu (one program; this folder is not globbed as programs).
+// Part of tests/nccl/scale_validation.cu (one program; this folder is not globbed as programs).
 #include "headroom/cp/cuda/gather.cuh"
 #include "headroom/cp/cuda/ops.cuh"
 #include "headroom/cp/loss.hpp"

@@ -41,13 +41,14 @@
 // reports a section still running after --section-timeout seconds (which section, which ranks
 // are inside it and where), aborts the NCCL communicators and fails the run.
 // Exit status: 0 when every check passed, 1 otherwise (or on an exception, which aborts the
-// group), 2 when the watchdog fired.
+// group), 2 when the watchdog fired. A ctest test (label gpu, skipped below 2 GPUs) with its own
+// harness rather than doctest's: the checks run inside one NCCL world, per section, with a watchdog.
 //
-//   bench_scale_validation [--seed N] [--bw-iterations 20] [--lat-iterations 200] [--reg-rounds 5]
-//                          [--steps 3] [--section-timeout 120]
+//   test_nccl_scale_validation [--seed N] [--bw-iterations 20] [--lat-iterations 200]
+//                              [--reg-rounds 5] [--steps 3] [--section-timeout 120]
 // Output: sections with PASS/FAIL lines and tables, then one JSON line.
-// The sections live in bench/scale_validation/ (harness, device helpers, shared state, one file per
-// module); this file holds main.
+// The sections live in tests/nccl/scale_validation/ (harness, device helpers, shared state, one
+// file per module; not globbed as programs); this file holds main.
 #include "scale_validation/cp.cuh"
 #include "scale_validation/pool.cuh"
 #include "scale_validation/stats.cuh"
@@ -78,7 +79,7 @@ int main(int argc, char** argv) {
   try {
     st.opt = parse(argc, argv);
     int const n = hc::device_count();
-    expects(n >= 2, "bench_scale_validation: needs at least 2 GPUs, found ", n);
+    expects(n >= 2, "test_nccl_scale_validation: needs at least 2 GPUs, found ", n);
     st.world = n;
     cudaDeviceProp prop{};
     HEADROOM_CUDA_TRY(cudaGetDeviceProperties(&prop, 0));
@@ -102,7 +103,7 @@ int main(int argc, char** argv) {
         std::string const what = st.wd.overdue(limit);
         if (what.empty()) continue;
         st.watchdog_fired.store(true);
-        std::fprintf(stderr, "bench_scale_validation: WATCHDOG: %s; aborting the NCCL communicators\n", what.c_str());
+        std::fprintf(stderr, "test_nccl_scale_validation: WATCHDOG: %s; aborting the NCCL communicators\n", what.c_str());
         std::printf("WATCHDOG: %s; aborting the NCCL communicators\n", what.c_str());
         std::fflush(stdout);
         std::fflush(stderr);
@@ -111,7 +112,7 @@ int main(int argc, char** argv) {
         while (!stop.stop_requested() && std::chrono::steady_clock::now() < deadline)
           std::this_thread::sleep_for(std::chrono::milliseconds(100));
         if (stop.stop_requested()) return;
-        std::fprintf(stderr, "bench_scale_validation: WATCHDOG: ranks still stuck 15 s after the abort: %s; exiting\n",
+        std::fprintf(stderr, "test_nccl_scale_validation: WATCHDOG: ranks still stuck 15 s after the abort: %s; exiting\n",
                      st.wd.overdue(std::chrono::seconds(0)).c_str());
         std::printf("FAIL: watchdog: %s\n", what.c_str());
         std::fflush(stdout);
@@ -164,7 +165,7 @@ int main(int argc, char** argv) {
     });
   } catch (std::exception const& e) {
     error = e.what();
-    std::fprintf(stderr, "bench_scale_validation: %s\n", e.what());
+    std::fprintf(stderr, "test_nccl_scale_validation: %s\n", e.what());
   }
   watchdog.request_stop();
   if (watchdog.joinable()) watchdog.join();

@@ -1,6 +1,6 @@
 #pragma once
 // Scale validation [stats]: reducer max and gather over pipeline groups, exact checks and latency.
-// Part of bench/scale_validation.cu (one program; this folder is not globbed as programs).
+// Part of tests/nccl/scale_validation.cu (one program; this folder is not globbed as programs).
 #include "headroom/stats/cuda/staging.hpp"
 #include "headroom/stats.hpp"
 

@@ -1,6 +1,6 @@
 #pragma once
 // Scale validation harness: options, the check ledger, and hang safety (host gate, watchdog).
-// Part of bench/scale_validation.cu (one program; this folder is not globbed as programs).
+// Part of tests/nccl/scale_validation.cu (one program; this folder is not globbed as programs).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -68,13 +68,13 @@ options parse(int argc, char** argv) {
   options o;
   for (int i = 1; i < argc; ++i) {
     std::string_view const a = argv[i];
-    expects(i + 1 < argc, "bench_scale_validation: ", a, " needs a value");
+    expects(i + 1 < argc, "test_nccl_scale_validation: ", a, " needs a value");
     char const* v = argv[++i];
     char* end = nullptr;
     unsigned long long const n = std::strtoull(v, &end, 10);
-    expects(end != v && *end == '\0', "bench_scale_validation: ", a, " expects a non-negative integer, got '", v, "'");
+    expects(end != v && *end == '\0', "test_nccl_scale_validation: ", a, " expects a non-negative integer, got '", v, "'");
     auto small = [&](int lo) {
-      expects(n >= static_cast<unsigned long long>(lo) && n < (1ull << 24), "bench_scale_validation: ", a, " = ", n,
+      expects(n >= static_cast<unsigned long long>(lo) && n < (1ull << 24), "test_nccl_scale_validation: ", a, " = ", n,
               ", expected an integer in [", lo, ", 2^24)");
       return static_cast<int>(n);
     };
@@ -85,7 +85,7 @@ options parse(int argc, char** argv) {
     else if (a == "--steps") o.steps = small(2);
     else if (a == "--section-timeout") o.section_timeout_s = small(1);
     else
-      throw invalid_argument(headroom::detail::concat("bench_scale_validation: unknown option ", a,
+      throw invalid_argument(headroom::detail::concat("test_nccl_scale_validation: unknown option ", a,
                                                       " (expected --seed, --bw-iterations, --lat-iterations, "
                                                       "--reg-rounds, --steps, --section-timeout)"));
   }

@@ -1,6 +1,6 @@
 #pragma once
 // Scale validation device helpers: the scratch arena, dbuf, pattern kernels, timing medians.
-// Part of bench/scale_validation.cu (one program; this folder is not globbed as programs).
+// Part of tests/nccl/scale_validation.cu (one program; this folder is not globbed as programs).
 #include "harness.cuh"
 
 namespace scale_validation {

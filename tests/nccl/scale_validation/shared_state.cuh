@@ -1,6 +1,6 @@
 #pragma once
 // Scale validation results shared by the rank threads, and the phase barriers (quiesce, collective_phase).
-// Part of bench/scale_validation.cu (one program; this folder is not globbed as programs).
+// Part of tests/nccl/scale_validation.cu (one program; this folder is not globbed as programs).
 #include "device.cuh"
 
 namespace scale_validation {

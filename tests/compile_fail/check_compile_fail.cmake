@@ -1,6 +1,6 @@
-# ctest compile_fail: every snippet in this folder is a misuse of a public template that must
-# stop the build with headroom's sentence, not with a bare concept failure.
-#   cmake -DCXX=<compiler> -DINCLUDE_DIR=<repo>/include -DSNIPPET_DIR=<this folder>
+# ctest compile_fail: every snippet tests/<module>/compile_fail/*.cpp is a misuse of a public
+# template that must stop the build with headroom's sentence, not with a bare concept failure.
+#   cmake -DCXX=<compiler> -DINCLUDE_DIR=<repo>/include -DTESTS_DIR=<repo>/tests
 #         -DERRORS_DOC=<repo>/docs/errors.md -DWORK_DIR=<dir> -P check_compile_fail.cmake
 # A snippet holds `// expect: <text>` and an #ifdef HEADROOM_TWIN branch with the correct use.
 # For each one:
@@ -10,15 +10,15 @@
 #   - <text> appears in docs/errors.md, which lists the sentences.
 cmake_minimum_required(VERSION 3.25)
 
-foreach(var CXX INCLUDE_DIR SNIPPET_DIR ERRORS_DOC WORK_DIR)
+foreach(var CXX INCLUDE_DIR TESTS_DIR ERRORS_DOC WORK_DIR)
   if(NOT DEFINED ${var})
     message(FATAL_ERROR "check_compile_fail.cmake: -D${var}=... is required")
   endif()
 endforeach()
 
-file(GLOB snippets "${SNIPPET_DIR}/*.cpp")
+file(GLOB snippets "${TESTS_DIR}/*/compile_fail/*.cpp")
 if(NOT snippets)
-  message(FATAL_ERROR "compile_fail: no snippets in ${SNIPPET_DIR}")
+  message(FATAL_ERROR "compile_fail: no snippets in ${TESTS_DIR}/*/compile_fail/")
 endif()
 file(READ "${ERRORS_DOC}" errors_doc)
 file(MAKE_DIRECTORY "${WORK_DIR}")
@@ -26,7 +26,8 @@ set(flags -std=c++20 -Wall -Wextra -Wpedantic -Werror "-I${INCLUDE_DIR}" -fsynta
 set(problems "")  # a string, not a list: compiler output holds ';'
 
 foreach(snippet IN LISTS snippets)
-  get_filename_component(name "${snippet}" NAME)
+  file(RELATIVE_PATH name "${TESTS_DIR}" "${snippet}")  # <module>/compile_fail/<name>.cpp
+  string(REPLACE "/" "_" log "${name}")
   # Read as one string, not with file(STRINGS): sentences hold ';', CMake's list separator.
   file(READ "${snippet}" source)
   string(REGEX MATCHALL "\n// expect: " markers "\n${source}")
@@ -51,7 +52,7 @@ foreach(snippet IN LISTS snippets)
 
   execute_process(COMMAND "${CXX}" ${flags} "${snippet}" OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
   set(all "${out}${err}")
-  file(WRITE "${WORK_DIR}/${name}.log" "${all}")
+  file(WRITE "${WORK_DIR}/${log}.log" "${all}")
   if(rc EQUAL 0)
     string(APPEND problems "${name}: compiled, expected an error containing '${expect}'\n")
     continue()
@@ -60,7 +61,7 @@ foreach(snippet IN LISTS snippets)
   string(REGEX MATCH "[^\n]*:[0-9]+:[0-9]+: (fatal )?error:[^\n]*" first "${all}")
   string(FIND "${first}" "${expect}" at)
   if(at EQUAL -1)
-    string(APPEND problems "${name}: the first error does not contain '${expect}' (full output in ${WORK_DIR}/${name}.log):\n${first}\n")
+    string(APPEND problems "${name}: the first error does not contain '${expect}' (full output in ${WORK_DIR}/${log}.log):\n${first}\n")
   else()
     message(STATUS "${name}: ${expect}")
   endif()

@@ -1,6 +1,6 @@
 #pragma once
 // Scale validation [pool]: max-pool plan of a hybrid model on an NCCL-registered arena, strict assignment.
-// Part of bench/scale_validation.cu (one program; this folder is not globbed as programs).
+// Part of tests/nccl/scale_validation.cu (one program; this folder is not globbed as programs).
 #include "headroom/pool/cuda/nccl.hpp"
 #include "headroom/pool/cuda/unit_pool.hpp"
 #include "headroom/pool/models.hpp"
