@@ -134,3 +134,19 @@ def test_padding_and_partition_accessors():
     p = cp.partition(pd.padded_cu_seqlens, 2, 1)
     assert (p.sequences, p.longest_sequence, p.global_cu_seqlens.tolist()) == (3, 8, [0, 4, 4, 12])
     assert p.locate(0, rank=0) == (0, 0)
+
+
+def test_cuda_module_holds_the_same_partition():
+    """headroom._cuda's plan holds _core's partition type (python/src/common/cp_partition.hpp): the same
+    boundaries, layout name and layout error. Its host half runs without a GPU."""
+    _cuda = pytest.importorskip("headroom._cuda", reason="headroom was built without nvcc")
+    for layout in ("dual_chunk", "contiguous"):
+        part = cp.Partition([0, 8, 12], 2, 1, layout)
+        plan = _cuda.Plan([0, 8, 12], 2, 1, layout)
+        assert (plan.layout, plan.local_rows, plan.sequences) == (part.layout, part.local_rows, part.sequences)
+        assert plan.local_cu_seqlens == part.local_cu_seqlens.tolist()
+        assert repr(plan) == repr(part)
+    message = "layout = 'zigzag'; expected one of 'dual_chunk', 'contiguous'"
+    for make in (cp.Partition, _cuda.Plan):
+        with pytest.raises(headroom.invalid_argument, match=message):
+            make([0, 8], 2, 0, "zigzag")

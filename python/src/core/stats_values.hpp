@@ -1,5 +1,5 @@
 #pragma once
-// Python values as statistics, for the stats bindings (stats.cpp, stats_steady_state.cpp).
+// Python values as statistics, for the stats bindings (bind_stats.cpp, bind_stats_steady_state.cpp).
 //
 //   classify(v)        what a value is: an exact int64, a bool, a float64, an int past int64, or
 //                      not a statistic (str, None, complex, numpy datetime / str, ...); Python

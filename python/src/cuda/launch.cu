@@ -8,7 +8,7 @@
 #include "headroom/cp/cuda/ops.cuh"
 #include "plan.hpp"
 
-namespace headroom::python::cuda {
+namespace headroom::python::cuda_ext {
 
 namespace {
 
@@ -57,8 +57,7 @@ void launch_rows(plan const& pl, char const* op, device_matrix in, device_matrix
   with_element(elem_bytes, op, [&](auto e) {
     using T = decltype(e);
     with_device_cu(pl.device_cu(op), [&](auto cu) {
-      std::visit([&](auto const& p) { launch(p, cu, in_view<T>(in), out_view<T>(out), stream_of(stream)); },
-                 pl.partition());
+      pl.partition().visit([&](auto const& p) { launch(p, cu, in_view<T>(in), out_view<T>(out), stream_of(stream)); });
     });
   });
 }
@@ -103,14 +102,12 @@ void plan::pad_split(device_matrix in, device_matrix out, int elem_bytes, std::s
     std::memcpy(&pad, pad_value.data(), sizeof(T));
     with_device_cu(device_raw_cu(op), [&](auto raw_cu) {
       with_device_cu(device_cu(op), [&](auto padded_cu) {
-        std::visit(
-            [&](auto const& p) {
-              cp::cuda::pad_split(pd, p, raw_cu, padded_cu, in_view<T>(in), out_view<T>(out), pad, stream_of(stream), shift);
-            },
-            partition());
+        partition().visit([&](auto const& p) {
+          cp::cuda::pad_split(pd, p, raw_cu, padded_cu, in_view<T>(in), out_view<T>(out), pad, stream_of(stream), shift);
+        });
       });
     });
   });
 }
 
-}  // namespace headroom::python::cuda
+}  // namespace headroom::python::cuda_ext

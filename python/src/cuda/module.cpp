@@ -18,7 +18,7 @@
 #include "plan.hpp"
 
 namespace nb = nanobind;
-using headroom::python::cuda::plan;
+using headroom::python::cuda_ext::plan;
 
 namespace {
 

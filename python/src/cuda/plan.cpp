@@ -5,22 +5,10 @@
 
 #include "headroom/core/error.hpp"
 
-namespace headroom::python::cuda {
-
-namespace {
-template <class F>
-decltype(auto) with_layout(std::string_view layout, F&& f) {
-  if (layout == cp::dual_chunk::name) return f(cp::dual_chunk{});
-  expects(layout == cp::contiguous::name, "headroom._cuda.Plan: layout = '", layout,
-          "', expected 'dual_chunk' or 'contiguous'");
-  return f(cp::contiguous{});
-}
-}  // namespace
+namespace headroom::python::cuda_ext {
 
 plan::plan(std::span<std::int64_t const> padded_cu, int cp_size, int cp_rank, std::string_view layout)
-    : partition_(with_layout(layout, [&](auto tag) -> any_partition {
-        return cp::partition<decltype(tag)>(padded_cu, cp_size, cp_rank);
-      })) {}
+    : partition_(make_partition(padded_cu, cp_size, cp_rank, layout)) {}
 
 plan plan::from_raw(std::span<std::int64_t const> raw_cu, int cp_size, int cp_rank, std::string_view layout, int tp,
                     std::int64_t extra, std::int64_t total_multiple) {
@@ -28,52 +16,46 @@ plan plan::from_raw(std::span<std::int64_t const> raw_cu, int cp_size, int cp_ra
     using L = decltype(tag);
     cp::padding pd(raw_cu, cp::alignment_for<L>(cp_size, tp, extra), total_multiple);
     cp::partition<L> p(pd.padded_cu_seqlens(), cp_size, cp_rank);
-    return plan(any_partition(std::move(p)), std::move(pd));
+    return plan(any_partition{std::move(p)}, std::move(pd));
   });
 }
 
 // Not the device boundaries: they are a tensor the caller keeps alive for this plan, and the
 // new plan may outlive it (a launch would read freed device memory). set_device_cu again.
 plan plan::for_rank(int rank) const {
-  return std::visit([&](auto const& p) { return plan(any_partition(p.for_rank(rank)), padding_); }, partition_);
+  return partition_.visit([&](auto const& p) { return plan(any_partition{p.for_rank(rank)}, padding_); });
 }
 
 int plan::cp_size() const {
-  return std::visit([](auto const& p) { return p.cp_size(); }, partition_);
+  return partition_.visit([](auto const& p) { return p.cp_size(); });
 }
 int plan::cp_rank() const {
-  return std::visit([](auto const& p) { return p.cp_rank(); }, partition_);
+  return partition_.visit([](auto const& p) { return p.cp_rank(); });
 }
-std::string_view plan::layout() const {
-  return std::visit([](auto const& p) { return std::remove_cvref_t<decltype(p)>::layout_type::name; }, partition_);
-}
+std::string_view plan::layout() const { return layout_name(partition_); }
 std::int64_t plan::sequences() const {
-  return std::visit([](auto const& p) { return p.sequences(); }, partition_);
+  return partition_.visit([](auto const& p) { return p.sequences(); });
 }
 std::int64_t plan::global_rows() const {
-  return std::visit([](auto const& p) { return p.global_rows(); }, partition_);
+  return partition_.visit([](auto const& p) { return p.global_rows(); });
 }
 std::int64_t plan::local_rows() const {
-  return std::visit([](auto const& p) { return p.local_rows(); }, partition_);
+  return partition_.visit([](auto const& p) { return p.local_rows(); });
 }
 std::int64_t plan::raw_rows() const { return padding("headroom._cuda.Plan.raw_rows").raw_rows(); }
 std::int64_t plan::raw_sequences() const { return padding("headroom._cuda.Plan.raw_sequences").raw_sequences(); }
 
 std::vector<std::int64_t> plan::padded_cu_seqlens() const {
-  return std::visit(
-      [](auto const& p) {
-        auto const s = p.global_cu_seqlens();
-        return std::vector<std::int64_t>(s.begin(), s.end());
-      },
-      partition_);
+  return partition_.visit([](auto const& p) {
+    auto const s = p.global_cu_seqlens();
+    return std::vector<std::int64_t>(s.begin(), s.end());
+  });
 }
 std::vector<std::int64_t> plan::local_cu_seqlens() const {
-  return std::visit(
-      [](auto const& p) {
-        auto const s = p.local_cu_seqlens();
-        return std::vector<std::int64_t>(s.begin(), s.end());
-      },
-      partition_);
+  return partition_.visit([](auto const& p) {
+    auto const s = p.local_cu_seqlens();
+    return std::vector<std::int64_t>(s.begin(), s.end());
+  });
 }
 std::vector<std::int64_t> plan::raw_cu_seqlens() const {
   auto const& pd = padding("headroom._cuda.Plan.raw_cu_seqlens");
@@ -83,7 +65,7 @@ std::vector<std::int64_t> plan::raw_cu_seqlens() const {
 }
 
 std::string plan::describe() const {
-  std::string out = std::visit([](auto const& p) { return p.describe(); }, partition_);
+  std::string out = partition_.visit([](auto const& p) { return p.describe(); });
   if (padding_) out += " from " + padding_->describe();
   return out;
 }
@@ -119,4 +101,4 @@ device_boundaries plan::device_raw_cu(char const* op) const {
   return device_raw_cu_;
 }
 
-}  // namespace headroom::python::cuda
+}  // namespace headroom::python::cuda_ext

@@ -5,21 +5,20 @@
 // stream handle, so this module links no libtorch and serves every torch version.
 //
 // plan.cpp holds the host half (validation, sizes); launch.cu the kernel launches. The index
-// plans for CPU tensors are headroom._core.cp's (the same C++ partition). This
-// header names no CUDA type, so module.cpp (nanobind) is compiled by the host compiler.
+// plans for CPU tensors are headroom._core.cp's, whose Partition is the same any_partition
+// (common/cp_partition.hpp). This header names no CUDA type, so module.cpp (nanobind) is
+// compiled by the host compiler.
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
-#include <variant>
 #include <vector>
 
-#include "headroom/cp/layout.hpp"
+#include "common/cp_partition.hpp"
 #include "headroom/cp/padding.hpp"
-#include "headroom/cp/partition.hpp"
 
-namespace headroom::python::cuda {
+namespace headroom::python::cuda_ext {
 
 /// Device boundaries set by the caller (a tensor it keeps alive); not owned.
 struct device_boundaries {
@@ -37,8 +36,6 @@ struct device_matrix {
 
 class plan {
  public:
-  using any_partition = std::variant<cp::partition<cp::dual_chunk>, cp::partition<cp::contiguous>>;
-
   /// From global padded boundaries (split, adjoint, gather's reorder).
   plan(std::span<std::int64_t const> padded_cu, int cp_size, int cp_rank, std::string_view layout);
   /// From raw boundaries: pads every sequence to the layout's alignment (times tp and `extra`)
@@ -96,4 +93,4 @@ class plan {
 /// Element sizes the launches take (every torch dtype's itemsize).
 inline constexpr int max_elem_bytes = 16;
 
-}  // namespace headroom::python::cuda
+}  // namespace headroom::python::cuda_ext

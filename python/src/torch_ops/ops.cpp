@@ -36,7 +36,7 @@
 
 namespace {
 
-using headroom::python::cuda::plan;
+using headroom::python::cuda_ext::plan;
 using torch::stable::Tensor;
 
 template <std::size_t N>
@@ -188,8 +188,8 @@ Tensor run(kind k, Tensor const& x, Tensor const& cu, std::int64_t cp_size, std:
     void* stream = nullptr;
     if (aoti_torch_get_current_cuda_stream(x.get_device_index(), &stream) != AOTI_TORCH_SUCCESS)
       throw std::runtime_error(std::string(op) + ": could not get the current CUDA stream");
-    headroom::python::cuda::device_matrix in{reinterpret_cast<std::uintptr_t>(x.const_data_ptr()), in_rows, width};
-    headroom::python::cuda::device_matrix o{reinterpret_cast<std::uintptr_t>(out.mutable_data_ptr()), out_rows, width};
+    headroom::python::cuda_ext::device_matrix in{reinterpret_cast<std::uintptr_t>(x.const_data_ptr()), in_rows, width};
+    headroom::python::cuda_ext::device_matrix o{reinterpret_cast<std::uintptr_t>(out.mutable_data_ptr()), out_rows, width};
     auto const s = reinterpret_cast<std::uintptr_t>(stream);
     int const eb = static_cast<int>(elem);
     switch (k) {
@@ -205,16 +205,14 @@ Tensor run(kind k, Tensor const& x, Tensor const& cu, std::int64_t cp_size, std:
     using T = decltype(e);
     headroom::cp::matrix_view<T const> in{static_cast<T const*>(x.const_data_ptr()), in_rows, width};
     headroom::cp::matrix_view<T> o{static_cast<T*>(out.mutable_data_ptr()), out_rows, width};
-    std::visit(
-        [&](auto const& p) {
-          switch (k) {
-            case kind::split: headroom::cp::split(p, in, o); break;
-            case kind::split_adjoint: headroom::cp::split_adjoint(p, in, o); break;
-            case kind::to_sequence_order: headroom::cp::to_sequence_order(p, in, o); break;
-            case kind::to_rank_order: headroom::cp::to_rank_order(p, in, o); break;
-          }
-        },
-        pl.partition());
+    pl.partition().visit([&](auto const& p) {
+      switch (k) {
+        case kind::split: headroom::cp::split(p, in, o); break;
+        case kind::split_adjoint: headroom::cp::split_adjoint(p, in, o); break;
+        case kind::to_sequence_order: headroom::cp::to_sequence_order(p, in, o); break;
+        case kind::to_rank_order: headroom::cp::to_rank_order(p, in, o); break;
+      }
+    });
   });
   return out;
 }

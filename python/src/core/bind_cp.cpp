@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "bindings.hpp"
+#include "common/cp_partition.hpp"
 #include "convert.hpp"
 #include "headroom/cp/gather.hpp"  // detail::batch_fingerprint, what the host gather agrees on
 #include "headroom/cp/layout.hpp"
@@ -29,22 +30,7 @@ namespace headroom::python {
 
 namespace {
 
-/// A partition of either layout, chosen by name at run time.
-struct any_partition {
-  std::variant<cp::partition<cp::dual_chunk>, cp::partition<cp::contiguous>> p;
-
-  template <class F>
-  decltype(auto) visit(F&& f) const {
-    return std::visit(std::forward<F>(f), p);
-  }
-};
-
-std::size_t layout_of(nb::handle h) { return as_choice(h, "layout", {"dual_chunk", "contiguous"}); }
-
-any_partition make_partition(std::vector<std::int64_t> const& cu, int cp_size, int cp_rank, std::size_t layout) {
-  if (layout == 0) return {cp::partition<cp::dual_chunk>(cu, cp_size, cp_rank)};
-  return {cp::partition<cp::contiguous>(cu, cp_size, cp_rank)};
-}
+std::string layout_of(nb::handle h) { return as_utf8(h, "layout"); }
 
 std::vector<std::int64_t> iota(std::int64_t n) {
   std::vector<std::int64_t> v(static_cast<std::size_t>(n));
@@ -77,8 +63,7 @@ void bind_cp(nb::module_& m) {
       [](str_arg layout, int_arg cp, int_arg tp, int_arg extra) {
         int const c = as_int(cp, "cp"), t = as_int(tp, "tp");
         std::int64_t const e = as_i64(extra, "extra");
-        return layout_of(layout) == 0 ? cp::alignment_for<cp::dual_chunk>(c, t, e)
-                                      : cp::alignment_for<cp::contiguous>(c, t, e);
+        return with_layout(layout_of(layout), [&](auto tag) { return cp::alignment_for<decltype(tag)>(c, t, e); });
       },
       nb::arg("layout"), nb::arg("cp"), nb::arg("tp") = 1, nb::arg("extra") = 1,
       "Per-sequence padding multiple of a layout at CP size cp (and TP size tp, extra multiple).");
@@ -87,7 +72,7 @@ void bind_cp(nb::module_& m) {
       [](str_arg layout, int_arg cp) {
         int const c = as_int(cp, "cp");
         expects(c >= 1, "cp = ", c, "; expected >= 1");
-        return layout_of(layout) == 0 ? cp::dual_chunk::total_multiple(c) : cp::contiguous::total_multiple(c);
+        return with_layout(layout_of(layout), [&](auto tag) { return decltype(tag)::total_multiple(c); });
       },
       nb::arg("layout"), nb::arg("cp"), "The multiple a layout needs the packed total to be.");
 
@@ -133,11 +118,7 @@ void bind_cp(nb::module_& m) {
                                                     as_int(cp_rank, "cp_rank"), layout_of(layout)));
           },
           nb::arg("padded_cu_seqlens"), nb::arg("cp_size"), nb::arg("cp_rank"), nb::arg("layout") = "dual_chunk")
-      .def_prop_ro(
-          "layout",
-          [](any_partition const& a) {
-            return a.visit([](auto const& p) { return std::string(std::decay_t<decltype(p)>::layout_type::name); });
-          })
+      .def_prop_ro("layout", [](any_partition const& a) { return std::string(layout_name(a)); })
       .def_prop_ro("cp_size", [](any_partition const& a) { return a.visit([](auto const& p) { return p.cp_size(); }); })
       .def_prop_ro("cp_rank", [](any_partition const& a) { return a.visit([](auto const& p) { return p.cp_rank(); }); })
       .def_prop_ro("sequences",

@@ -1,7 +1,7 @@
 // headroom::stats from Python: reports (name -> exact int64 or float64, PyTorch's key names),
 // checked reports (bad values carried to every rank, bools kept), the reduce plan, the wire
 // words of the max and gather reductions (what the torch adapters all_reduce / all_gather over
-// torch.distributed), the steady state (stats_steady_state.cpp), peaks per phase, and the
+// torch.distributed), the steady state (bind_stats_steady_state.cpp), peaks per phase, and the
 // reductions of reports given every rank's values. python/headroom/stats.py is the Pythonic layer.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
@@ -31,7 +31,7 @@
 
 namespace headroom::python {
 
-void bind_stats_steady_state(nb::module_& sub);  // stats_steady_state.cpp
+void bind_stats_steady_state(nb::module_& sub);  // bind_stats_steady_state.cpp
 
 namespace {
 
