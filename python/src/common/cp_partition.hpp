@@ -6,6 +6,7 @@
 // layouts there are.
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 #include <type_traits>
 #include <utility>
@@ -31,8 +32,13 @@ struct any_partition {
 template <class F>
 decltype(auto) with_layout(std::string_view layout, F&& f) {
   if (layout == cp::dual_chunk::name) return std::forward<F>(f)(cp::dual_chunk{});
-  expects(layout == cp::contiguous::name, "layout = '", layout, "'; expected one of '", cp::dual_chunk::name, "', '",
-          cp::contiguous::name, "'");
+  if (layout != cp::contiguous::name) {
+    // A long name is cut in the message (first 100 and last 100 characters), as every binding's reprs are.
+    std::string const shown = layout.size() <= 203
+                                  ? std::string(layout)
+                                  : std::string(layout.substr(0, 100)) + "..." + std::string(layout.substr(layout.size() - 100));
+    expects(false, "layout = '", shown, "'; expected one of '", cp::dual_chunk::name, "', '", cp::contiguous::name, "'");
+  }
   return std::forward<F>(f)(cp::contiguous{});
 }
 
