@@ -54,8 +54,9 @@ pipeline_shape shape_of(int_arg stages, int_arg microbatches, int_arg chunks, in
 // Python lists built here, each object checked: running out of memory raises MemoryError
 // (nanobind's casters would let std::bad_alloc escape a noexcept frame and abort).
 constexpr std::size_t max_listed_actions = std::size_t{1} << 24;
-nb::list action_list(std::span<action const> actions) {
-  nb::list out;
+using action_pylist = nb::typed<nb::list, action>;
+action_pylist action_list(std::span<action const> actions) {
+  action_pylist out;
   for (auto const& a : actions) out.append(nb::cast(a));
   return out;
 }
@@ -357,7 +358,7 @@ void bind_pipeline(nb::module_& m) {
             expects<capacity_error>(total <= max_listed_actions, "pipeline::Schedule.ranks: ", total,
                                     " actions, expected <= ", max_listed_actions,
                                     " (2^24) as Python objects; read one rank at a time with actions(rank)");
-            nb::list out;
+            nb::typed<nb::list, action_pylist> out;
             for (auto const& list : s.ranks()) out.append(action_list(list));
             return out;
           })
