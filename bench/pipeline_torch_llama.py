@@ -196,7 +196,7 @@ def worker(rank, world, args, port, results):
                         reserved = torch.cuda.max_memory_reserved(device)
                         del out
                     if last:
-                        loss_log[f"{kind}|{m}|{return_outputs}"] = [float(t) for t in losses]
+                        loss_log[f"{kind}|{m}|{return_outputs}"] = [float(t.detach()) for t in losses]
                     if v not in sizes_of:  # this layout's sizes: every rank measures its stages, all share
                         local = {st: stage_sizes(mods[st], st, n, args, device) for st in mine}
                         gathered = [None] * 2

@@ -333,3 +333,44 @@ def test_v_orders_equal_torchs_own(kind, cls_name):
             for r in range(p):
                 theirs = [str(a) for a in obj._calculate_single_rank_operations(r) if a is not None]
                 assert ours[r] == theirs, (p, m, r)
+
+
+def test_interleaved_orders_equal_torchs_own_with_its_group():
+    """PyTorch's ScheduleInterleaved1F1B takes rounds of m / max(1, m // p) micro-batches (m < p
+    included): interleaved_1f1b with that group is the same order."""
+    schedules = pytest.importorskip("torch.distributed.pipelining.schedules",
+                                    reason="torch (with torch.distributed.pipelining) is not installed")
+    cls = schedules.ScheduleInterleaved1F1B
+    if not hasattr(cls, "_calculate_single_rank_operations"):
+        pytest.skip("this torch has no ScheduleInterleaved1F1B._calculate_single_rank_operations")
+    compared = 0
+    for p in (2, 3, 4, 8):
+        for m in range(1, 17):
+            rounds = max(1, m // p)
+            if m % rounds:
+                continue  # torch refuses the shape too
+            obj = cls.__new__(cls)
+            obj.pp_group_size, obj.n_local_stages, obj._n_microbatches, obj._num_stages = p, 2, m, 2 * p
+            obj.number_of_rounds, obj.microbatches_per_round = rounds, m // rounds
+            ours = pipeline.to_pytorch(pipeline.schedule("interleaved_1f1b", p, m, chunks=2, group=m // rounds),
+                                       compute_only=True)
+            for r in range(p):
+                assert ours[r] == [str(a) for a in obj._calculate_single_rank_operations(r) if a is not None], (p, m, r)
+            compared += 1
+    assert compared > 40
+
+
+def test_sizes_past_what_runs_in_seconds_are_refused():
+    with pytest.raises(headroom.invalid_argument, match=r"Shape::rank_of: virtual stage -5 out of range \[0, 8\)"):
+        pipeline.Shape(4, 2, chunks=2).rank_of(-5)
+    with pytest.raises(headroom.invalid_argument, match="Shape::chunk_of: virtual stage 8 out of range"):
+        pipeline.Shape(4, 2, chunks=2).chunk_of(8)
+    assert pipeline.Shape(4, 2, chunks=2).rank_of(5) == 1
+    # generators and the simulation cost p·(m·v + p): refused past 2^25 before any work
+    with pytest.raises(headroom.capacity_error, match=r"p·\(m·v \+ p\) = 16384 · \(1 · 1 \+ 16384\) = .* expected <= 33554432"):
+        pipeline.schedule("gpipe", 16384, 1)
+    with pytest.raises(headroom.capacity_error, match=r"p·\(m·v \+ p\)"):
+        pipeline.Shape(1 << 20, 1)
+    s = pipeline.schedule("one_f_one_b", 2, 3)
+    assert [len(r) for r in s.ranks] == [len(s.actions(0)), len(s.actions(1))]
+    assert all(isinstance(a, pipeline.Action) for a in s.ranks[1])

@@ -265,3 +265,10 @@ def test_plan_sums_and_orders_validation():
         pool.validate_orders(3, pool.order("o", [0, 1]), 2)
     assert [c[0] for c in pool.models.reference_cases()][:2] == ["Nemotron-H-4B", "Nemotron-H-8B"]
     assert pool.evaluation_order(w).units == [0, 1, 2] and len(pool.training_order(w, "t")) == 6
+
+
+def test_orders_past_2_to_the_32_units_are_refused():
+    with pytest.raises(headroom.capacity_error, match="pool::training_order: 4611686018427387905 units, expected <= 4294967296"):
+        pool.training_order(2**62 + 1)
+    with pytest.raises(headroom.capacity_error, match="pool::evaluation_order"):
+        pool.evaluation_order(2**40)

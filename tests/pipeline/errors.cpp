@@ -57,7 +57,9 @@ TEST_CASE("generators reject bad shapes, naming the value and the rule") {
   CHECK_THROWS_WITH_AS(generate<hp::gpipe>({.stages = 1, .microbatches = 4, .chunks = 2}), Contains("with stages (p) = 1, expected v = 1"), invalid_argument);
   CHECK_THROWS_WITH_AS(generate<hp::one_f_one_b>({.stages = 2, .microbatches = 4, .chunks = 2}), Contains("use interleaved_1f1b for v > 1"), invalid_argument);
   CHECK_THROWS_WITH_AS(generate<hp::zb_h1>({.stages = 2, .microbatches = 4, .chunks = 4}), Contains("chunks (v) = 4, expected 1"), invalid_argument);
-  CHECK_THROWS_WITH_AS(generate<hp::interleaved_1f1b>({.stages = 4, .microbatches = 2, .chunks = 2}), Contains("microbatches (m) = 2 < stages (p) = 4"), invalid_argument);
+  CHECK_THROWS_WITH_AS(generate<hp::interleaved_1f1b>({.stages = 4, .microbatches = 2, .chunks = 2}), Contains("microbatches (m) = 2 < stages (p) = 4 with group (g) = 4, expected m >= p, or g = m"), invalid_argument);
+  CHECK_NOTHROW(hp::validate(hp::make_schedule<hp::interleaved_1f1b>({.stages = 4, .microbatches = 2, .chunks = 2, .group = 2})));
+  CHECK_NOTHROW(hp::validate(hp::make_schedule<hp::interleaved_1f1b>({.stages = 8, .microbatches = 3, .chunks = 3, .group = 3})));
   CHECK_THROWS_WITH_AS(generate<hp::interleaved_1f1b>({.stages = 4, .microbatches = 6, .chunks = 2}), Contains("microbatches (m) = 6 leaves a last group of m mod g = 2 micro-batches for g = 4, expected 0 or at least p = 4"), invalid_argument);
   CHECK_THROWS_WITH_AS(generate<hp::interleaved_1f1b>({.stages = 4, .microbatches = 10, .chunks = 2, .group = 8}), Contains("m mod g = 2 micro-batches for g = 8"), invalid_argument);
   CHECK_THROWS_WITH_AS(generate<hp::interleaved_1f1b>({.stages = 4, .microbatches = 8, .chunks = 2, .group = 9}), Contains("group (g) = 9 > microbatches (m) = 8, expected p <= g <= m"), invalid_argument);
@@ -92,6 +94,10 @@ TEST_CASE("size products are checked in 64 bits, at their edges, naming the oper
   CHECK_THROWS_AS(check({.stages = 1 << 12, .microbatches = 17, .chunks = 1 << 8}), capacity_error);
   CHECK_THROWS_AS(check({.stages = 1, .microbatches = (1 << 16) + 1, .chunks = 1 << 8}), capacity_error);
   CHECK_THROWS_WITH_AS(check({.stages = 1, .microbatches = (1 << 24) + 1, .chunks = 1}), Contains("m·v = 16777217 · 1 = 16777217 micro-batch slots per rank"), capacity_error);
+  // p·(m·v + p): ranks times ticks, what building, validating and simulating a step cost.
+  CHECK_NOTHROW(check({.stages = 4096, .microbatches = 4096, .chunks = 1}));  // 2^25 exactly
+  CHECK_THROWS_WITH_AS(check({.stages = 5793, .microbatches = 1, .chunks = 1}), Contains("test: p·(m·v + p) = 5793 · (1 · 1 + 5793) = 33564642 rank-ticks, expected <= 33554432 (2^25"), capacity_error);
+  CHECK_THROWS_WITH_AS(generate<hp::gpipe>({.stages = 16384, .microbatches = 1}), Contains("pipeline::gpipe: p·(m·v + p)"), capacity_error);
   // Byte counts: a size over 2^61, and a sum of kept outputs that would wrap 64 bits.
   auto const s = hp::make_schedule<hp::one_f_one_b>({.stages = 2, .microbatches = 8});
   std::size_t const huge = (std::size_t{1} << 61) - 1;  // the largest size counted

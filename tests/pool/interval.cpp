@@ -273,3 +273,10 @@ TEST_CASE("units_sharing_bytes and order_positions describe an interval plan") {
   CHECK(order_positions(p, 4) == "train@4,5; eval@4");
   CHECK(units_sharing_bytes(make_plan<max>(w))[0].empty());
 }
+
+TEST_CASE("an order of more units than max_order_units is refused, naming the limit") {
+  auto const too_many = headroom::pool::max_order_units + 1;
+  CHECK_THROWS_WITH_AS((void)headroom::pool::training_order(too_many), doctest::Contains("pool::training_order: 4294967297 units, expected <= 4294967296"), headroom::capacity_error);
+  CHECK_THROWS_AS((void)headroom::pool::evaluation_order(std::size_t{1} << 62), headroom::capacity_error);
+  CHECK(headroom::pool::training_order(2).units == std::vector<std::size_t>{0, 1, 1, 0});
+}

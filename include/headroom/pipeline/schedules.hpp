@@ -11,7 +11,8 @@
 //   interleaved_1f1b  Megatron's interleaved schedule: v chunks per rank, micro-batches taken in
 //                     groups of g (default p) per chunk, the last group holding the m mod g left
 //                     over (Megatron's get_schedule_table), warm-up 2(p − r − 1) + (v − 1)·g
-//                     forwards (capped at m·v). Needs p <= g <= m and m mod g = 0 or >= p.
+//                     forwards (capped at m·v). Needs p <= g <= m and m mod g = 0 or >= p; m < p
+//                     runs with g = m (one group, as PyTorch's ScheduleInterleaved1F1B does).
 //   zb_h1             zero-bubble ZB-H1 (Qi et al. 2023): 1F1B's warm-up and in-flight bound, the
 //                     backward split into I (input gradient, on the critical path) and W (weight
 //                     gradient); rank r runs each W r backwards late, so later ranks fill the
@@ -199,9 +200,13 @@ struct interleaved_1f1b {
     int const p = shape.stages;
     int const m = shape.microbatches;
     int const g = shape.group_size();
-    expects(m >= p, "pipeline::interleaved_1f1b: microbatches (m) = ", m, " < stages (p) = ", p, ", expected m >= p");
-    expects(g >= p, "pipeline::interleaved_1f1b: group (g) = ", g, " < stages (p) = ", p,
-            ", expected a micro-batch group of at least p (Megatron's microbatch_group_size_per_vp_stage)");
+    // m < p runs as one group of all m micro-batches (PyTorch's ScheduleInterleaved1F1B does).
+    bool const one_group = m < p && g == m;
+    expects(m >= p || one_group, "pipeline::interleaved_1f1b: microbatches (m) = ", m, " < stages (p) = ", p,
+            " with group (g) = ", g, ", expected m >= p, or g = m: one group of all m micro-batches, as PyTorch's "
+            "ScheduleInterleaved1F1B runs m < p");
+    expects(g >= p || one_group, "pipeline::interleaved_1f1b: group (g) = ", g, " < stages (p) = ", p,
+            ", expected a micro-batch group of at least p (Megatron's microbatch_group_size_per_vp_stage), or g = m < p");
     expects(g <= m, "pipeline::interleaved_1f1b: group (g) = ", g, " > microbatches (m) = ", m,
             ", expected p <= g <= m");
     expects(m % g == 0 || m % g >= p, "pipeline::interleaved_1f1b: microbatches (m) = ", m, " leaves a last group of m mod g = ",

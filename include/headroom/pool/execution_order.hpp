@@ -29,8 +29,14 @@ struct execution_order {
   friend bool operator==(execution_order const&, execution_order const&) = default;
 };
 
+/// Most units an order lists (each index is 8 bytes; a training order lists every unit twice).
+inline constexpr std::size_t max_order_units = std::size_t{1} << 32;
+
 /// Forward then backward: u0 .. u(n-1), u(n-1) .. u0 (the last unit is visited twice in a row).
+/// Throws capacity_error for more than max_order_units units.
 [[nodiscard]] inline execution_order training_order(std::size_t units, std::string name = "train") {
+  expects<capacity_error>(units <= max_order_units, "pool::training_order: ", units, " units, expected <= ",
+                          max_order_units, " (2^32)");
   execution_order o{std::move(name), {}};
   o.units.reserve(2 * units);
   for (std::size_t u = 0; u < units; ++u) o.units.push_back(u);
@@ -41,8 +47,10 @@ struct execution_order {
   return training_order(w.units.size(), std::move(name));
 }
 
-/// Forward only: u0 .. u(n-1).
+/// Forward only: u0 .. u(n-1). Throws capacity_error for more than max_order_units units.
 [[nodiscard]] inline execution_order evaluation_order(std::size_t units, std::string name = "eval") {
+  expects<capacity_error>(units <= max_order_units, "pool::evaluation_order: ", units, " units, expected <= ",
+                          max_order_units, " (2^32)");
   execution_order o{std::move(name), {}};
   o.units.reserve(units);
   for (std::size_t u = 0; u < units; ++u) o.units.push_back(u);

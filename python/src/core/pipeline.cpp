@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -48,6 +49,16 @@ pipeline_shape shape_of(int_arg stages, int_arg microbatches, int_arg chunks, in
                    as_int(group, "group")};
   s.check("pipeline shape");
   return s;
+}
+
+// Python lists built here, each object checked: running out of memory raises MemoryError
+// (nanobind's casters would let std::bad_alloc escape a noexcept frame and abort).
+constexpr std::size_t max_listed_actions = std::size_t{1} << 24;
+using action_pylist = nb::typed<nb::list, action>;
+action_pylist action_list(std::span<action const> actions) {
+  action_pylist out;
+  for (auto const& a : actions) out.append(nb::cast(a));
+  return out;
 }
 
 int checked_stage(pipeline_shape const& s, nb::handle h, char const* who) {
@@ -339,13 +350,20 @@ void bind_pipeline(nb::module_& m) {
       .def_prop_ro("name", &schedule::name)
       .def_prop_ro("shape", [](schedule const& s) { return s.shape(); })
       .def_prop_ro("placement", [](schedule const& s) { return s.placement(); })
-      .def_prop_ro("ranks", [](schedule const& s) { return s.ranks(); })
+      .def_prop_ro(
+          "ranks",
+          [](schedule const& s) {
+            std::size_t total = 0;
+            for (auto const& list : s.ranks()) total += list.size();
+            expects<capacity_error>(total <= max_listed_actions, "pipeline::Schedule.ranks: ", total,
+                                    " actions, expected <= ", max_listed_actions,
+                                    " (2^24) as Python objects; read one rank at a time with actions(rank)");
+            nb::typed<nb::list, action_pylist> out;
+            for (auto const& list : s.ranks()) out.append(action_list(list));
+            return out;
+          })
       .def(
-          "actions",
-          [](schedule const& s, int_arg r) {
-            auto const a = s.actions(as_int(r, "rank"));
-            return std::vector<action>(a.begin(), a.end());
-          },
+          "actions", [](schedule const& s, int_arg r) { return action_list(s.actions(as_int(r, "rank"))); },
           nb::arg("rank"))
       .def("splits_backward", &schedule::splits_backward)
       .def_prop_ro("forward_only", &schedule::forward_only, "An evaluation schedule: forwards only.")
