@@ -29,6 +29,10 @@ from typing import Any, Iterable, Optional, Sequence
 
 from ._core.pipeline import (
     Action,
+    BufferPlan,
+    PlannedBuffer,
+    RankBuffers,
+    plan_buffers,
     MemoryPlan,
     Placement,
     RankMemory,
@@ -54,6 +58,7 @@ __all__ = [
     "make_schedule", "schedule_kinds", "place_transfers", "find_problem", "validate", "timeline",
     "ticks", "predict_memory", "peaks", "to_pytorch", "from_pytorch", "to_csv", "from_csv",
     "RETENTIONS", "output_lifetimes", "transfer_groupings", "fingerprint",
+    "BufferPlan", "PlannedBuffer", "RankBuffers", "plan_buffers",
 ]
 
 RETENTIONS = ("all", "reduced", "none")
