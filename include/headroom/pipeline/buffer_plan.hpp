@@ -53,7 +53,7 @@ struct buffer_plan_options {
   std::size_t alignment = default_alignment;  ///< arena offset alignment (sizes are rounded up to it)
   /// When the greedy packings miss the bound, an exact search over every buffer of the rank, for
   /// at most this many nodes (pool::pack_options::node_limit; 0: keep the greedy packing).
-  std::uint64_t exact_nodes = 200'000;
+  std::uint64_t exact_nodes = 20'000;
 };
 
 struct planned_buffer {
