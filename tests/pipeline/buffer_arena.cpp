@@ -32,7 +32,7 @@ using headroom::host::inline_stream;
 using headroom::host::thread_communicator;
 using headroom_test::error_of;
 
-namespace {
+namespace arena_test {  // named: its operator== is used only by the concept check
 
 // aligned_resource that counts what it hands out (copies share the counters).
 struct counted_upstream {
@@ -50,6 +50,11 @@ struct counted_upstream {
   }
 };
 static_assert(headroom::stream_resource<counted_upstream, inline_stream>);
+
+}  // namespace arena_test
+using arena_test::counted_upstream;
+
+namespace {
 
 using arena_t = hp::buffer_arena<inline_stream, inline_event, counted_upstream>;
 using stage_t = toy::stage<inline_stream>;

@@ -179,10 +179,10 @@ TEST_CASE("plan_buffers: receive slots with one pool per (stage, direction) vs o
 TEST_CASE("plan_buffers: bad input names the value") {
   auto const s = hp::make_schedule<hp::one_f_one_b>({.stages = 2, .microbatches = 3});
   auto const bytes = hp::model_bytes::uniform(s.shape(), {.activations = 64, .output = 32});
-  CHECK_THROWS_WITH_AS(hp::plan_buffers(s, bytes, hp::retention::reduced{}, {}, {}, {.alignment = 48}),
+  CHECK_THROWS_WITH_AS((void)hp::plan_buffers(s, bytes, hp::retention::reduced{}, {}, {}, {.alignment = 48}),
                        doctest::Contains("pipeline::plan_buffers: alignment 48 is not a power of two"),
                        headroom::invalid_argument);
-  CHECK_THROWS_WITH_AS(hp::plan_buffers(s, hp::model_bytes({{}, {}, {}}), hp::retention::reduced{}),
+  CHECK_THROWS_WITH_AS((void)hp::plan_buffers(s, hp::model_bytes({{}, {}, {}}), hp::retention::reduced{}),
                        doctest::Contains("model_bytes has 3 stages, expected p·v = 2"), headroom::invalid_argument);
   auto const plan = hp::plan_buffers(s, bytes, hp::retention::reduced{});
   CHECK_THROWS_WITH_AS((void)plan.rank(2), doctest::Contains("rank 2"), headroom::invalid_argument);

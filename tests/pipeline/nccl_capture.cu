@@ -29,7 +29,7 @@ namespace nc = headroom::nccl;
 namespace hp = headroom::pipeline;
 using cu::stream_view;
 
-namespace {
+namespace arena_test {  // named: its operator== is used only by the concept check
 
 // cudaMalloc'd arena, counting what it hands out (copies share the count).
 struct counted_device {
@@ -45,6 +45,11 @@ struct counted_device {
   friend bool operator==(counted_device const& x, counted_device const& y) noexcept { return x.allocations == y.allocations; }
 };
 static_assert(headroom::stream_resource<counted_device, stream_view>);
+
+}  // namespace arena_test
+using arena_test::counted_device;
+
+namespace {
 
 using arena_t = hp::buffer_arena<stream_view, cu::event, counted_device>;
 

@@ -20,6 +20,7 @@
 // logic_error. A capture scope (pipeline/capture.hpp) also refuses requests outside a step.
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <optional>
 #include <string>
 #include <string_view>
