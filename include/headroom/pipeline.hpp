@@ -5,6 +5,9 @@
 // query-first memory model; PyTorch pipelining's action format both ways; an executor over any
 // communicator. CUDA-free; the CUDA backend lives in headroom/pipeline/cuda/.
 #include "headroom/pipeline/action.hpp"
+#include "headroom/pipeline/buffer_arena.hpp"
+#include "headroom/pipeline/buffer_plan.hpp"
+#include "headroom/pipeline/capture.hpp"
 #include "headroom/pipeline/executor.hpp"
 #include "headroom/pipeline/fingerprint.hpp"
 #include "headroom/pipeline/memory_model.hpp"

@@ -31,6 +31,10 @@ from typing import Any, Iterable, Optional, Sequence
 from ._core.pipeline import predict_memory as _predict_memory
 from ._core.pipeline import (
     Action,
+    BufferPlan,
+    PlannedBuffer,
+    RankBuffers,
+    plan_buffers,
     MemoryPlan,
     Placement,
     RankMemory,
@@ -55,6 +59,7 @@ __all__ = [
     "make_schedule", "schedule_kinds", "place_transfers", "find_problem", "validate", "timeline",
     "ticks", "predict_memory", "peaks", "to_pytorch", "from_pytorch", "to_csv", "from_csv",
     "RETENTIONS", "FRAMEWORKS", "output_lifetimes", "transfer_groupings", "fingerprint",
+    "BufferPlan", "PlannedBuffer", "RankBuffers", "plan_buffers",
 ]
 
 RETENTIONS = ("all", "reduced", "none")

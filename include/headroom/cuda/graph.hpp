@@ -13,6 +13,7 @@
 // unsafe under capture, e.g. cudaMalloc, fails only for the capturing thread).
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <utility>
 
 #include "headroom/core/error.hpp"

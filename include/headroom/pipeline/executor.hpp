@@ -178,6 +178,7 @@ class executor {
   /// collective_mismatch naming the ranks that differ and in what.
   executor(Comm& comm, Resource& resource, schedule s, model_bytes bytes, Stream compute, Stream comm_stream)
       : comm_(&comm),
+        resource_(&resource),
         transport_(comm),
         counted_(std::make_shared<counting_resource>(detail::resource_ref<Resource>(resource))),
         schedule_(std::move(s)),
@@ -265,16 +266,28 @@ class executor {
     // Declared before the try: buffers a receive may still write into outlive the abort.
     std::vector<slot> slots(static_cast<std::size_t>(shape.microbatches) * static_cast<std::size_t>(shape.chunks));
     step_result<loss_t<Stage, Stream>, buffer> result;
+    // A resource that plans the step's buffers (buffer_arena.hpp) is told where the step begins
+    // and ends, and under which policies.
+    constexpr bool planned = requires(Resource& m) {
+      m.begin_step(R::name, O::name, T::name);
+      m.end_step();
+      m.abandon_step();
+    };
     transport_.begin();
     try {
+      if constexpr (planned) resource_->begin_step(R::name, O::name, T::name);
       run_actions<R, O, T>(stage, slots, result);
       transport_.finish(transfer_);
+      if constexpr (planned) resource_->end_step();
     } catch (group_aborted const&) {
+      if constexpr (planned) resource_->abandon_step();
       throw;  // a peer failed and told everyone
     } catch (std::exception const& e) {
+      if constexpr (planned) resource_->abandon_step();
       abort_peers([&] { return headroom::detail::concat("pipeline::executor: rank ", rank_, " failed: ", e.what()); });
       throw;
     } catch (...) {
+      if constexpr (planned) resource_->abandon_step();
       abort_peers([&] { return headroom::detail::concat("pipeline::executor: rank ", rank_, " failed"); });
       throw;
     }
@@ -554,6 +567,7 @@ class executor {
   }
 
   Comm* comm_;
+  Resource* resource_;
   transport<Comm> transport_;
   std::shared_ptr<counting_resource> counted_;  // at a fixed address, shared with results that keep outputs
   schedule schedule_;

@@ -12,6 +12,7 @@ void bind_errors(nb::module_& m);
 void bind_pool(nb::module_& m);
 void bind_pool_lifetimes(nb::module_& sub);  // pool_lifetimes.cpp, into headroom._core.pool
 void bind_pipeline(nb::module_& m);
+void bind_pipeline_buffers(nb::module_& m);  // pipeline_buffers.cpp, into the pipeline submodule
 void bind_cp(nb::module_& m);
 void bind_stats(nb::module_& m);
 void bind_trace(nb::module_& m);

@@ -19,6 +19,7 @@ NB_MODULE(_core, m) {
   headroom::python::bind_errors(m);
   headroom::python::bind_pool(m);
   headroom::python::bind_pipeline(m);
+  headroom::python::bind_pipeline_buffers(m);
   headroom::python::bind_cp(m);
   headroom::python::bind_stats(m);
   headroom::python::bind_trace(m);

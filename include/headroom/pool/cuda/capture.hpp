@@ -21,10 +21,12 @@
 
 namespace headroom::pool {
 
-template <class Pool>
+/// `Scope` is the contract checked around the capture: the pool's capture_scope by default
+/// (pipeline::graph_capture uses it with the executor's, pipeline/cuda/capture.hpp).
+template <class Pool, class Scope = capture_scope<Pool>>
 class graph_capture {
  public:
-  /// Opens the pool's capture scope, then begins capturing `origin` (thread-local mode).
+  /// Opens the capture scope on `pool`, then begins capturing `origin` (thread-local mode).
   graph_capture(Pool& pool, headroom::cuda::stream_view origin,
                 cudaStreamCaptureMode mode = cudaStreamCaptureModeThreadLocal)
       : scope_(pool), capture_(origin, mode) {}
@@ -35,10 +37,10 @@ class graph_capture {
     scope_.end();  // throws after closing: `g` is destroyed on the way out
     return g;
   }
-  [[nodiscard]] capture_scope<Pool>& scope() noexcept { return scope_; }
+  [[nodiscard]] Scope& scope() noexcept { return scope_; }
 
  private:
-  capture_scope<Pool> scope_;               // closed after the capture has ended (members: reverse order)
+  Scope scope_;                             // closed after the capture has ended (members: reverse order)
   headroom::cuda::stream_capture capture_;
 };
 
