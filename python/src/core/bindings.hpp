@@ -1,7 +1,7 @@
 #pragma once
 // One function per headroom module adds that module's bindings to headroom._core; module.cpp
-// calls them in order. Each lives in bind_<module>.cpp beside this file (errors.cpp, pool.cpp and
-// pipeline.cpp keep their old names until their other edits have landed).
+// calls them in order. Each lives in bind_<module>.cpp beside this file (a module with two parts:
+// bind_<module>_<part>.cpp).
 #include <nanobind/nanobind.h>
 
 namespace headroom::python {
