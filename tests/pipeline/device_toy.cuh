@@ -177,16 +177,18 @@ struct stage {
 };
 static_assert(hp::split_backward_stage<stage, stream_view>);
 
-/// One rank's part of the toy on its GPU: inputs, loss slots, and the stage with the rank's chunks.
+/// One rank's part of the toy on its GPU: inputs, loss slots, and the stage with the rank's chunks,
+/// the virtual stages the schedule's placement puts on `rank` (the V of zbv / dualpipe_v is not
+/// the shape's interleaved placement).
 struct rank_model {
   batch inputs;
   hp::cuda::device_values<double> losses;
   device_toy::stage stage;
 
-  rank_model(toy::dims d, hp::pipeline_shape const& shape, int rank, headroom::cuda::async_resource& memory, stream_view s)
-      : inputs(d, shape.microbatches), losses(memory, s, shape.microbatches), stage(d, inputs, losses) {
-    for (int c = 0; c < shape.chunks; ++c) {
-      int const v = shape.virtual_stage(rank, c);
+  rank_model(toy::dims d, hp::schedule const& sched, int rank, headroom::cuda::async_resource& memory, stream_view s)
+      : inputs(d, sched.shape().microbatches), losses(memory, s, sched.shape().microbatches), stage(d, inputs, losses) {
+    for (int c = 0; c < sched.shape().chunks; ++c) {
+      int const v = sched.placement().virtual_stage(rank, c);
       stage.chunks.emplace(v, device_params(toy::make_params(d, v)));
     }
   }

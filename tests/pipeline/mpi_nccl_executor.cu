@@ -50,10 +50,10 @@ void check_against_reference(hp::pipeline_shape const& shape, bool two_streams) 
   auto const ref = device_toy::run_reference(d, shape.virtual_stages(), shape.microbatches, compute);
 
   cu::async_resource memory(my_device());
-  device_toy::rank_model model(d, shape, rank, memory, compute);
+  auto const sched = hp::make_schedule<G>(shape);
+  device_toy::rank_model model(d, sched, rank, memory, compute);
   auto& stage = model.stage;
-  hp::cuda::nccl_executor<> exec(nccl(), memory, hp::make_schedule<G>(shape),
-                                 hp::model_bytes::uniform(shape, toy::stage_cost(d)), compute,
+  hp::cuda::nccl_executor<> exec(nccl(), memory, sched, hp::model_bytes::uniform(shape, toy::stage_cost(d)), compute,
                                  two_streams ? transfer.view() : compute.view());
   auto result = exec.step(stage, R{});
   auto const plan = exec.plan(R{}).rank(rank);

@@ -73,6 +73,7 @@ void capture_and_replay(hp::pipeline_shape const& shape) {
   CAPTURE(shape);
   toy::dims const d{.width = 16, .rows = 8};
   auto const sched = hp::make_schedule<G>(shape);
+  CAPTURE(sched.name());  // interleaved_1f1b and zbv log the same shape
   auto const bytes = hp::model_bytes::uniform(shape, toy::stage_cost(d));
   auto const plan = hp::plan_buffers(sched, bytes, hp::retention::reduced{});
   std::mutex mutex;
@@ -81,7 +82,7 @@ void capture_and_replay(hp::pipeline_shape const& shape) {
     int const r = comm.rank();
     cu::async_resource model_memory(comm.device());
     cu::stream compute;
-    device_toy::rank_model model(d, shape, r, model_memory, compute);
+    device_toy::rank_model model(d, sched, r, model_memory, compute);
     counted_device up;
     arena_t arena(plan, r, up, compute.view());
     hp::cuda::nccl_executor<arena_t> exec(comm, arena, sched, bytes, compute, compute);

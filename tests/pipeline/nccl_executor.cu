@@ -62,7 +62,7 @@ run_output run_pipeline(hp::pipeline_shape const& shape, toy::dims d, bool two_s
     cu::async_resource memory(comm.device());
     cu::stream compute;
     cu::stream transfer;
-    device_toy::rank_model model(d, shape, comm.rank(), memory, compute);
+    device_toy::rank_model model(d, sched, comm.rank(), memory, compute);
     auto& losses = model.losses;
     hp::cuda::nccl_executor<> exec(comm, memory, sched, bytes, compute, two_streams ? transfer.view() : compute.view());
     auto result = exec.step(model.stage, R{}, hp::outputs::freed_when_sent{}, T{});
@@ -177,7 +177,7 @@ TEST_CASE("NCCL: the step does not block the host; released buffers are back in 
     cu::async_resource memory(comm.device());
     cu::stream compute;
     cu::stream transfer;
-    device_toy::rank_model model(d, shape, comm.rank(), memory, compute);
+    device_toy::rank_model model(d, sched, comm.rank(), memory, compute);
     auto& stage = model.stage;
     hp::cuda::nccl_executor<> exec(comm, memory, sched, bytes, compute, transfer);
     exec.step(stage, hp::retention::none{});  // warm-up: NCCL connects the peers here
@@ -214,7 +214,7 @@ TEST_CASE("NCCL: the last stage's device peak does not grow with m under none, a
     nc::launch_per_device(nc::first_devices(2), [&](nc::communicator& comm) {
       cu::async_resource memory(comm.device());
       cu::stream s;
-      device_toy::rank_model model(d, shape, comm.rank(), memory, s);
+      device_toy::rank_model model(d, sched, comm.rank(), memory, s);
       auto& stage = model.stage;
       hp::cuda::nccl_executor<> exec(comm, memory, sched, bytes, s, s);
       s.synchronize();
