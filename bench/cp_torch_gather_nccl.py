@@ -42,7 +42,7 @@ os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
 
 SKIP = 77
 GATHER_METHODS = ("auto", "all_gather", "pipelined", "in_place")  # headroom.torch.cp.gather(method=...)
-TARGET = 1.10  # cp.gather / bare all-gather, large rows (issue 40)
+TARGET = 1.10  # cp.gather / bare all-gather, large rows: the floor plus 10 %
 PER_TOKEN_TARGET = 1.5  # the same for per-token vectors
 
 

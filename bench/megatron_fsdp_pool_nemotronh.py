@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # headroom: needs 2 GPUs
-"""Megatron-FSDP's MaxPool against headroom's planners on transformers' NemotronH (issue 33).
+"""Megatron-FSDP's MaxPool against headroom's planners on transformers' NemotronH.
 
 The model nobody in this project wrote: ``NemotronHForCausalLM`` built from a config with
 ``hybrid_override_pattern="MEMEM*EMEMEM*EMEMEM*EMEM"`` (M = Mamba2 mixer, E = MoE with routed and

@@ -17,7 +17,7 @@ order, and per-stage sizes measured from one forward and backward of each stage 
 activations, output, the computation's own temporaries). Target: within 5 % on every row.
 Losses: the last stage's per-micro-batch losses against the same modules chained on one GPU.
 
---dp 2: 4 GPUs, DP2 x PP2 (issue 41's field-report setting), FSDP2 (fully_shard per decoder layer
+--dp 2: 4 GPUs, DP2 x PP2 (the pipeline field report's setting, docs/pipeline.md), FSDP2 (fully_shard per decoder layer
 and per stage) inside each stage, torch's Schedule1F1B and headroom's ZB-H1 / ZBV (the export with
 UNSHARD / RESHARD). The prediction adds the unsharded parameters held while a stage computes.
 

@@ -201,7 +201,7 @@ TEST_CASE("resident N at the edge: beyond the longest order means every unit tog
     CHECK(p.resident == 104);
     CHECK(lower_bound(w, both, n) == lower_bound(w, both, 104));
   }
-  // Issue 33: N = 3 on a 2-entry order: both units alive together.
+  // N = 3 on a 2-entry order: both units alive together.
   workload two{"two", {{"a", {elements_of(dtype::bf16, 1000)}}, {"b", {elements_of(dtype::bf16, 3000)}}}, {}};
   auto const p2 = make_interval_plan(two, {evaluation_order(two)}, {.resident = 3});
   CHECK(p2.arena_bytes == headroom::align_up(2000, 256) + headroom::align_up(6000, 256));

@@ -106,7 +106,7 @@ TEST_CASE("learning_arena: step 0 learned, then planned offsets; a double buffer
 }
 
 TEST_CASE("learning_arena: requests the plan does not hold fall back by reason; replan() takes them in") {
-  // Issue 33 item 3: groups listed H, L, H, L (units 0..3, H = 2000 B, L = 20 B), step 0 runs
+  // Groups listed H, L, H, L (units 0..3, H = 2000 B, L = 20 B), step 0 runs
   // them in order; a later step runs H, H, L, L: the two heavy units alive together.
   learning_arena a({.planner = "max", .alignment = 1});
   std::uint64_t const bytes[] = {2000, 20, 2000, 20, 64};

@@ -1,7 +1,7 @@
 """headroom.torch.megatron_fsdp.PoolAllocator: Megatron's allocator contract on CPU tensors over the
 C++ LearningArena, its max layout against what Megatron-FSDP's own MaxPoolAllocator holds at run
 time, learning that holds (unit orders, accumulation, eval steps, random orders: never overlapping),
-the warnings of issue 37 and plan agreement across ranks (gloo)."""
+the adapter's warnings and plan agreement across ranks (gloo)."""
 import dataclasses
 import logging
 import operator
@@ -196,7 +196,7 @@ def test_max_holds_what_megatron_holds_on_random_workloads(seed):
 
 
 def test_unit_order_other_than_listed_is_planned_as_run():
-    """Groups listed H, L, H, L but run H, H, L, L (issue 33 item 3): Megatron holds two heavy
+    """Groups listed H, L, H, L but run H, H, L, L: Megatron holds two heavy
     slots; max plans what it holds, and the next steps run from the arena with no fallback."""
     groups = [group([1000 if u % 2 == 0 else 10], unit=u) for u in range(4)]
     run = [0, 2, 1, 3]
@@ -441,7 +441,7 @@ def test_can_allocate_counts_live_and_releasable_leases():
 
 
 # -------------------------------------------------------------------------------------------
-# warnings (issue 37 item 3), report, install
+# warnings, report, install
 
 def test_missing_end_step_warns_once(caplog):
     groups = hybrid_groups()

@@ -1,4 +1,4 @@
-"""headroom.torch.stats never diverges silently and never hangs on one rank's bad value (issue 36),
+"""headroom.torch.stats never diverges silently and never hangs on one rank's bad value,
 over gloo with 4 CPU processes and sub-groups of 2 and 3 ranks, in one spawn:
 
 * a type change on one rank after the steady state (int -> bool, bool -> int, int -> float):
