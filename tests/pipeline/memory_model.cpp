@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "headroom/host/aligned_resource.hpp"
@@ -104,9 +105,11 @@ hp::model_bytes varying_costs(hp::pipeline_shape const& shape) {
   return hp::model_bytes::per_microbatch(sizes);
 }
 
-template <class G, class R, class O = hp::outputs::freed_when_sent, class T = hp::transfers::one_by_one>
-void compare(thread_communicator& comm, hp::pipeline_shape const& shape, tally& t, bool varying = false) {
-  auto const sched = hp::make_schedule<G>(shape);
+// One instantiation per policy triple, whatever the schedule (the schedule is a value): the grid
+// below compiles 9 executor steps, not 9 per schedule generator.
+template <class R, class O = hp::outputs::freed_when_sent, class T = hp::transfers::one_by_one>
+void compare(thread_communicator& comm, hp::schedule const& sched, std::string_view generator,
+             hp::pipeline_shape const& shape, tally& t, bool varying = false) {
   auto const bytes = varying ? varying_costs(shape) : costs(shape);
   aligned_resource resource;
   hp::executor exec(comm, resource, sched, bytes);
@@ -117,7 +120,7 @@ void compare(thread_communicator& comm, hp::pipeline_shape const& shape, tally& 
   bool const ok = measured.peak == predicted.peak && measured.value == predicted.held_at_end && stage.wrong == 0;
   ++t.configs;
   if (!ok && t.mismatches++ == 0)
-    t.first = std::string(G::name) + " " + std::string(R::name) + " " + std::string(O::name) + " " + std::string(T::name) + " p=" + std::to_string(shape.stages) + " m=" +
+    t.first = std::string(generator) + " " + std::string(R::name) + " " + std::string(O::name) + " " + std::string(T::name) + " p=" + std::to_string(shape.stages) + " m=" +
               std::to_string(shape.microbatches) + " v=" + std::to_string(shape.chunks) + " rank " +
               std::to_string(comm.rank()) + ": predicted peak " + std::to_string(predicted.peak) + " held " +
               std::to_string(predicted.held_at_end) + ", measured peak " + std::to_string(measured.peak) + " held " +
@@ -139,15 +142,16 @@ tally run_grid(int p, std::vector<int> const& chunk_counts) {
         if (std::is_same_v<G, hp::dualpipe_v> && m < 2 * p) continue;
         if (sampled && m % 7 != 1 && m != 32 && m != p) continue;  // sanitizers: m in {1, 8, 15, 22, 29, p, 32}
         hp::pipeline_shape const shape{.stages = p, .microbatches = m, .chunks = v};
-        compare<G, hp::retention::all>(comm, shape, t);
-        compare<G, hp::retention::reduced>(comm, shape, t);
-        compare<G, hp::retention::none>(comm, shape, t);
-        compare<G, hp::retention::all, hp::outputs::kept_until_backward>(comm, shape, t);
-        compare<G, hp::retention::none, hp::outputs::kept_until_backward>(comm, shape, t);
-        compare<G, hp::retention::all>(comm, shape, t, true);  // sizes per micro-batch
-        compare<G, hp::retention::none, hp::outputs::kept_until_backward>(comm, shape, t, true);
-        compare<G, hp::retention::reduced, hp::outputs::freed_when_sent, hp::transfers::grouped>(comm, shape, t);
-        compare<G, hp::retention::all, hp::outputs::kept_until_backward, hp::transfers::grouped>(comm, shape, t, true);
+        auto const sched = hp::make_schedule<G>(shape);
+        compare<hp::retention::all>(comm, sched, G::name, shape, t);
+        compare<hp::retention::reduced>(comm, sched, G::name, shape, t);
+        compare<hp::retention::none>(comm, sched, G::name, shape, t);
+        compare<hp::retention::all, hp::outputs::kept_until_backward>(comm, sched, G::name, shape, t);
+        compare<hp::retention::none, hp::outputs::kept_until_backward>(comm, sched, G::name, shape, t);
+        compare<hp::retention::all>(comm, sched, G::name, shape, t, true);  // sizes per micro-batch
+        compare<hp::retention::none, hp::outputs::kept_until_backward>(comm, sched, G::name, shape, t, true);
+        compare<hp::retention::reduced, hp::outputs::freed_when_sent, hp::transfers::grouped>(comm, sched, G::name, shape, t);
+        compare<hp::retention::all, hp::outputs::kept_until_backward, hp::transfers::grouped>(comm, sched, G::name, shape, t, true);
       }
   });
   tally total;

@@ -154,7 +154,7 @@ template <output_retention R, output_lifetime O = outputs::freed_when_sent, tran
     for (auto const& b : w.buffers) {
       auto const n = static_cast<std::int64_t>(b.bytes);
       grow[b.allocated_at] = sum(grow[b.allocated_at], n, r, "live bytes");
-      shrink[b.released_at] += n;
+      shrink[b.released_at] = sum(shrink[b.released_at], n, r, "live bytes");
     }
     std::int64_t live = 0;
     auto const list = s.actions(r);
