@@ -18,6 +18,7 @@
 #include "headroom/host/aligned_resource.hpp"
 #include "headroom/host/thread_group.hpp"
 #include "headroom/pipeline.hpp"
+#include "common/sanitized.hpp"
 #include "custom_placement.hpp"
 
 namespace hp = headroom::pipeline;
@@ -67,20 +68,6 @@ struct probe_stage {
     expect(a.weight_stash.size(), bytes->at(a.stage, a.microbatch).weight_stash);
   }
 };
-
-bool sampled_only() {
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-  return true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
-  return true;
-#else
-  return false;
-#endif
-#else
-  return false;
-#endif
-}
 
 struct tally {
   int configs = 0;
@@ -132,7 +119,7 @@ void compare(thread_communicator& comm, hp::schedule const& sched, std::string_v
 template <class G>
 tally run_grid(int p, std::vector<int> const& chunk_counts) {
   std::vector<tally> per_rank(static_cast<std::size_t>(p));
-  bool const sampled = sampled_only();
+  bool const sampled = headroom_test::sanitized();
   headroom::host::launch(p, [&](thread_communicator& comm) {
     auto& t = per_rank[static_cast<std::size_t>(comm.rank())];
     for (int v : chunk_counts)
