@@ -12,7 +12,9 @@
 // the host ops of headroom/cp/ops.hpp, CUDA tensors the kernels of python/src/cuda (the plan and
 // launch code headroom._cuda uses) on the current stream. Plans are built once per batch from the
 // values of cu_seqlens and kept (a few, most recent first): a call compares the values, which are
-// on the host (headroom.torch.cp's Partition keeps them there).
+// on the host (headroom.torch.cp's Partition keeps them there). A CUDA plan belongs to one stream
+// (its device copy of the boundaries is made there and read only there), so dropping it from the
+// cache never frees memory a kernel on another stream may still read.
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
 #include <torch/csrc/stable/accelerator.h>
 #include <torch/csrc/stable/library.h>
@@ -64,6 +66,10 @@ struct cached_plan {
   std::int64_t cp_size, cp_rank;
   std::string layout;
   int device;  // -1: CPU (no device boundaries)
+  // The stream the device copy was made on, the only one whose kernels read it: when the plan
+  // leaves the cache, the caching allocator hands the copy's block out again on this stream,
+  // after those kernels (a launch on another stream could still be reading it). 0 on the CPU.
+  std::uintptr_t stream;
   std::vector<std::int64_t> cu;
   plan pl;
   Tensor device_cu;  // keeps the device copy pl's kernels read alive
@@ -105,15 +111,17 @@ std::vector<std::int64_t> host_values(Tensor const& cu, char const* op) {
 
 class plan_cache {
  public:
-  /// The plan of (cu values, cp_size, cp_rank, layout) for `device` (-1: host only), held by the
-  /// caller while it launches (the cache may drop it meanwhile).
-  std::shared_ptr<cached_plan const> get(Tensor const& cu, std::int64_t cp_size, std::int64_t cp_rank, std::string const& layout, int device,
-                  char const* op) {
+  /// The plan of (cu values, cp_size, cp_rank, layout) for `device` (-1: host only) and the
+  /// current `stream` of that device (the one the caller launches on, and the one the device
+  /// copy is made on), held by the caller while it launches (the cache may drop it meanwhile).
+  std::shared_ptr<cached_plan const> get(Tensor const& cu, std::int64_t cp_size, std::int64_t cp_rank,
+                                         std::string const& layout, int device, std::uintptr_t stream, char const* op) {
     auto values = host_values(cu, op);
     std::lock_guard lock(mutex_);
     for (auto it = plans_.begin(); it != plans_.end(); ++it) {
       auto const& c = **it;
-      if (c.cp_size == cp_size && c.cp_rank == cp_rank && c.device == device && c.layout == layout && c.cu == values) {
+      if (c.cp_size == cp_size && c.cp_rank == cp_rank && c.device == device && c.stream == stream &&
+          c.layout == layout && c.cu == values) {
         if (it != plans_.begin()) plans_.splice(plans_.begin(), plans_, it);
         return plans_.front();
       }
@@ -132,7 +140,7 @@ class plan_cache {
       pl.set_device_cu({reinterpret_cast<std::uintptr_t>(device_cu.const_data_ptr()), device_cu.numel(), 8});
     }
     plans_.push_front(std::make_shared<cached_plan const>(
-        cached_plan{cp_size, cp_rank, layout, device, std::move(values), std::move(pl), device_cu}));
+        cached_plan{cp_size, cp_rank, layout, device, stream, std::move(values), std::move(pl), device_cu}));
     if (plans_.size() > capacity) plans_.pop_back();
     return plans_.front();
   }
@@ -149,6 +157,18 @@ plan_cache& plans() {
 }
 
 // ---- the ops ---------------------------------------------------------------------------------------
+
+#ifdef HEADROOM_TORCH_OPS_CUDA
+/// The current CUDA stream of `device` (what the launch runs on), as an integer handle.
+std::uintptr_t current_stream(int device, char const* op) {
+  void* stream = nullptr;
+  if (aoti_torch_get_current_cuda_stream(device, &stream) != AOTI_TORCH_SUCCESS)
+    throw std::runtime_error(std::string(op) + ": could not get the current CUDA stream");
+  return reinterpret_cast<std::uintptr_t>(stream);
+}
+#else
+std::uintptr_t current_stream(int, char const*) { return 0; }  // CPU tensors only in this build
+#endif
 
 enum class kind { split, split_adjoint, to_sequence_order, to_rank_order };
 
@@ -169,7 +189,8 @@ Tensor run(kind k, Tensor const& x, Tensor const& cu, std::int64_t cp_size, std:
   headroom::expects(x.is_contiguous(), op, ": input is not contiguous, expected a contiguous tensor (call .contiguous())");
   bool const cuda = x.is_cuda();
   headroom::expects(cuda || x.is_cpu(), op, ": input is on another device than the CPU or CUDA");
-  auto const held = plans().get(cu, cp_size, cp_rank, layout, cuda ? x.get_device_index() : -1, op);
+  std::uintptr_t const stream = cuda ? current_stream(x.get_device_index(), op) : 0;
+  auto const held = plans().get(cu, cp_size, cp_rank, layout, cuda ? x.get_device_index() : -1, stream, op);
   plan const& pl = held->pl;
   bool const to_local = k == kind::split, from_local = k == kind::split_adjoint;
   std::int64_t const in_rows = from_local ? pl.local_rows() : pl.global_rows();
@@ -185,12 +206,9 @@ Tensor run(kind k, Tensor const& x, Tensor const& cu, std::int64_t cp_size, std:
 #ifdef HEADROOM_TORCH_OPS_CUDA
   if (cuda) {
     torch::stable::accelerator::DeviceGuard guard(x.get_device_index());
-    void* stream = nullptr;
-    if (aoti_torch_get_current_cuda_stream(x.get_device_index(), &stream) != AOTI_TORCH_SUCCESS)
-      throw std::runtime_error(std::string(op) + ": could not get the current CUDA stream");
     headroom::python::cuda_ext::device_matrix in{reinterpret_cast<std::uintptr_t>(x.const_data_ptr()), in_rows, width};
     headroom::python::cuda_ext::device_matrix o{reinterpret_cast<std::uintptr_t>(out.mutable_data_ptr()), out_rows, width};
-    auto const s = reinterpret_cast<std::uintptr_t>(stream);
+    auto const s = stream;
     int const eb = static_cast<int>(elem);
     switch (k) {
       case kind::split: pl.split(in, o, eb, s); break;
@@ -200,6 +218,8 @@ Tensor run(kind k, Tensor const& x, Tensor const& cu, std::int64_t cp_size, std:
     }
     return out;
   }
+#else
+  headroom::expects(!cuda, op, ": a CUDA input, but headroom._torch_ops was built without the CUDA kernels");
 #endif
   with_element(elem, op, [&](auto e) {
     using T = decltype(e);

@@ -115,3 +115,31 @@ def test_cuda_kernels_equal_the_cpu_ops(layout):
                 args = (cu, cp_size, rank, layout) if "split" in name else (cu, cp_size, layout)
                 got = getattr(ops, name)(inp.cuda(), *args)
                 assert got.is_cuda and torch.equal(got.cpu(), getattr(ops, name)(inp, *args)), (name, dtype, cp_size)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_cuda_plan_dropped_while_a_side_stream_kernel_reads_it():
+    # The C++ plan cache keeps a device copy of each plan's boundaries. A kernel on a side stream
+    # (held back by _sleep) must keep reading the boundaries it was launched with while the
+    # default stream builds 28 newer plans (the cache keeps 16, so the first plan leaves it) and
+    # writes junk into freshly allocated int64 tensors of the same size. Before plans were kept per
+    # stream, the side stream reused the default stream's plan, whose copy went back to the caching
+    # allocator for the default stream and was overwritten under the waiting kernel.
+    cp_size, rank, layout = 2, 1, "dual_chunk"
+    cu = torch.tensor([0, 8, 24, 32], dtype=torch.int64)
+    x = torch.randn(32, 64, generator=torch.Generator().manual_seed(5))
+    expected = ops.cp_split(x, cu, cp_size, rank, layout)
+    xd = x.cuda()
+    ops.cp_split(xd, cu, cp_size, rank, layout)  # the plan, built on the default stream
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(500_000_000)  # ~0.3 s of GPU time before the split below runs
+        got = ops.cp_split(xd, cu, cp_size, rank, layout)
+    for first in range(4, 32, 4):
+        for r in (0, 1):
+            for lay in ("dual_chunk", "contiguous"):
+                ops.cp_split(xd, torch.tensor([0, first, 32], dtype=torch.int64), cp_size, r, lay)
+    junk = [torch.full((cu.numel(),), 1 << 40, dtype=torch.int64, device="cuda") for _ in range(256)]
+    torch.cuda.synchronize()
+    assert len(junk) == 256 and torch.equal(got.cpu(), expected)
