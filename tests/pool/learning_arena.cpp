@@ -173,7 +173,10 @@ TEST_CASE("learning_arena: keep_place serves a bucket where its first lease of t
   a.release(0);
   a.release(1);
   a.release(2);
+  auto const before = a.stats();
   CHECK(a.acquire(0, 1000, true) == std::optional<std::uint64_t>(0));  // 0 came back to a free range
+  CHECK(a.stats().fallbacks == before.fallbacks);
+  CHECK(a.stats().served == before.served + 1);
   a.release(0);
   CHECK_THROWS_WITH_AS((void)a.acquire(0, 4000, true), doctest::Contains("4000 bytes do not fit there now"),
                        headroom::capacity_error);

@@ -142,7 +142,7 @@ class learning_arena {
     if (why) fall_back(*why);
     if (range.second > 0) ++stats_.served;
     if (b->unit != no_trace_unit && (first == first_in_step_.end() || first->second.step != stats_.steps))
-      first_in_step_[bucket] = {stats_.steps, range, why.value_or(fallback_reason{})};
+      first_in_step_[bucket] = {stats_.steps, range, why};
     live_.emplace(bucket, range);
     return range.second > 0 ? std::optional<std::uint64_t>(range.first) : std::nullopt;
   }
@@ -288,7 +288,7 @@ class learning_arena {
   struct first_lease {
     std::size_t step = 0;                             // stats_.steps when it was made
     std::pair<std::uint64_t, std::uint64_t> range;  // {0, 0}: it fell back
-    fallback_reason why{};
+    std::optional<fallback_reason> why;             // why it fell back
   };
 
   learning_arena_options options_;
