@@ -28,6 +28,7 @@ import headroom
 from headroom import pool as hp
 
 from ._megatron_hooks import install, installed, logger, step_ended, uninstall, warn_once, watch_optimizer_steps
+from ._megatron_predict import predict
 
 __all__ = [
     "PoolAllocator", "PLANNERS", "install", "uninstall", "installed", "end_step", "replan", "report",
@@ -452,20 +453,3 @@ class PoolAllocator:
             with mem_alloc_context() if mem_alloc_context is not None else contextlib.nullcontext():
                 self._persistent[key] = _Served(torch.empty(size, dtype=dtype, device=device))
         return self._persistent[key]
-
-
-# ---------------------------------------------------------------------------------------------
-# prediction before a run
-
-
-def predict(model: torch.nn.Module, unit_classes: Sequence[type], *, grad_comm_dtype: Any = torch.bfloat16,
-            dp: int = 1, micro_batches: int = 1, alignment: int = DEFAULT_ALIGNMENT) -> Dict[str, Dict[str, Any]]:
-    """Each planner's arena and the bound for a Megatron-FSDP run of ``model`` (the meta device is
-    enough: no GPU, no memory), before launching it: per allocator (``fsdp_params``,
-    ``fsdp_grads``) and ``total``, ``bound``, ``max``, ``by_bytes``, ``interval``, ``winner`` and
-    ``megatron_planned`` (what Megatron's MaxPoolAllocator plans). Needs megatron_fsdp. What it
-    assumes: docs/torch.md, "Predict before running"."""
-    from ._megatron_predict import predict_arenas
-
-    return predict_arenas(model, unit_classes, grad_comm_dtype=grad_comm_dtype, dp=dp,
-                          micro_batches=micro_batches, alignment=alignment)
