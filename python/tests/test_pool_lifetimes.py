@@ -113,3 +113,32 @@ def test_errors_keep_the_cpp_message():
     a.acquire(0, 8)
     with pytest.raises(headroom.logic_error, match="1 bucket\\(s\\) held"):
         a.end_step()
+
+
+def test_learning_arena_keep_place_and_can_acquire():
+    """keep_place and can_acquire are the C++ ones (tests/pool/learning_arena.cpp): here the
+    binding's arguments, results and errors."""
+    a = pool.LearningArena("interval")
+    for b in range(3):
+        a.declare(b, unit=b, dtype="bfloat16", nbytes=1000)
+    for b in range(3):
+        a.acquire(b, 1000)
+        a.release(b)
+    assert a.can_acquire([0, 1, 2])  # learning: nothing refused
+    a.end_step()
+    assert a.plan.offsets == {0: 0, 1: 0, 2: 0}
+    assert a.acquire(0, 1000, keep_place=True) == 0
+    assert not a.can_acquire([1]) and a.can_acquire([1], releasable=(0,)) and a.can_acquire((0,))
+    assert a.acquire(1, 1000, keep_place=True) is None
+    a.release(0)
+    a.release(1)
+    assert a.acquire(2, 1000, keep_place=True) == 0
+    with pytest.raises(headroom.capacity_error, match="bucket 0 of unit 0 was served at arena offset 0 earlier in "
+                                                      "this step .* bucket 2 holds those bytes now"):
+        a.acquire(0, 1000, keep_place=True)
+    with pytest.raises(headroom.invalid_argument, match="can_acquire of bucket 7, which was never declared"):
+        a.can_acquire([7])
+    with pytest.raises(TypeError, match="buckets = 3; expected a sequence of integers"):
+        a.can_acquire(3)
+    with pytest.raises(headroom.invalid_argument, match=r"releasable\[0\] = -1"):
+        a.can_acquire([0], releasable=[-1])

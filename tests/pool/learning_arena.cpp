@@ -234,3 +234,70 @@ TEST_CASE("learning_arena: bad input and the event cap name the value") {
   CHECK_THROWS_WITH_AS(a.release(0), doctest::Contains("would exceed max_events = 5"), headroom::capacity_error);
   CHECK_THROWS_WITH_AS(a.replan(), doctest::Contains("replan() within a step"), headroom::logic_error);
 }
+
+TEST_CASE("learning_arena: keep_place serves a bucket where its first lease of the step was") {
+  // Three units used one at a time: the plan puts all three at offset 0.
+  learning_arena a({.planner = "interval"});
+  for (std::uint64_t u = 0; u < 3; ++u) a.declare({u, u, 0, "bfloat16", 1000});
+  for (std::uint64_t u = 0; u < 3; ++u) {
+    CHECK_FALSE(a.acquire(u, 1000).has_value());
+    a.release(u);
+  }
+  CHECK(a.end_step());
+  REQUIRE(a.plan()->offsets == std::map<std::uint64_t, std::uint64_t>{{0, 0}, {1, 0}, {2, 0}});
+  CHECK(a.acquire(0, 1000, true) == std::optional<std::uint64_t>(0));
+  CHECK_FALSE(a.acquire(1, 1000, true).has_value());  // 0 holds the bytes: off the arena
+  a.release(0);
+  a.release(1);
+  CHECK_FALSE(a.acquire(1, 1000, true).has_value());  // the arena is free now, but 1 stays off it
+  CHECK(fallbacks(a, fallback_reason::overlaps_live) == 2);
+  CHECK(a.acquire(2, 1000, true) == std::optional<std::uint64_t>(0));
+  auto const acquires = a.stats().acquires;
+  CHECK_THROWS_WITH_AS((void)a.acquire(0, 1000, true),
+                       doctest::Contains("bucket 0 of unit 0 was served at arena offset 0 earlier in this step"),
+                       headroom::capacity_error);
+  CHECK_THROWS_WITH_AS((void)a.acquire(0, 1000, true), doctest::Contains("bucket 2 holds those bytes now"),
+                       headroom::capacity_error);
+  CHECK(a.stats().acquires == acquires);  // refused: nothing recorded
+  CHECK_FALSE(a.acquire(0, 1000).has_value());  // without keep_place: an ordinary fallback
+  a.release(0);
+  a.release(1);
+  a.release(2);
+  auto const before = a.stats();
+  CHECK(a.acquire(0, 1000, true) == std::optional<std::uint64_t>(0));  // 0 came back to a free range
+  CHECK(a.stats().fallbacks == before.fallbacks);
+  CHECK(a.stats().served == before.served + 1);
+  a.release(0);
+  CHECK_THROWS_WITH_AS((void)a.acquire(0, 4000, true), doctest::Contains("4000 bytes do not fit there now"),
+                       headroom::capacity_error);
+  CHECK_FALSE(a.end_step());
+  CHECK(a.acquire(1, 1000, true) == std::optional<std::uint64_t>(0));  // a new step: where the plan says
+  a.release(1);
+}
+
+TEST_CASE("learning_arena: can_acquire answers whether requests find room, releasable leases counted free") {
+  learning_arena a({.planner = "max"});
+  for (std::uint64_t u = 0; u < 4; ++u) a.declare({u, u, 0, "bfloat16", 16});
+  a.declare({4, pool::no_trace_unit, 0, "bfloat16", 16});
+  std::vector<std::uint64_t> const all{0, 1, 2, 3, 4};
+  CHECK(a.can_acquire(all));  // learning: the caller serves everything
+  driver d{a, {}, 0};
+  pass(d, {{0}, {1}, {2}, {3}}, {0, 1, 2, 3}, 1, [](std::uint64_t) { return std::uint64_t{16}; });
+  CHECK(a.end_step());
+  CHECK(a.arena_bytes() == 2 * 256);  // MaxPool: one slot in each of two buffer groups
+  d.acquire(0, 16);
+  d.acquire(1, 16);
+  using ids = std::vector<std::uint64_t>;
+  CHECK(a.can_acquire(ids{0, 1}));  // held: count as held
+  CHECK(a.can_acquire(ids{4}));     // outside every unit: not the arena's
+  CHECK_FALSE(a.can_acquire(ids{2}));  // both slots are held
+  CHECK(a.can_acquire(ids{2}, ids{0}));
+  CHECK_FALSE(a.can_acquire(ids{2, 3}, ids{0}));
+  CHECK(a.can_acquire(ids{2, 3}, ids{0, 1}));
+  CHECK(a.stats().acquires == 2);  // a question, not a lease
+  CHECK_THROWS_WITH_AS((void)a.can_acquire(ids{9}), doctest::Contains("bucket 9, which was never declared"),
+                       headroom::invalid_argument);
+  CHECK_THROWS_WITH_AS((void)a.can_acquire(ids{2}, ids{8}), doctest::Contains("bucket 8"), headroom::invalid_argument);
+  d.release(0);
+  d.release(1);
+}

@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -89,7 +90,13 @@ class learning_arena {
   /// The offset to serve `bucket` at, or nothing (serve it from the caching allocator). Throws
   /// invalid_argument for an undeclared bucket or bytes outside 1 .. 2^62, logic_error when the
   /// bucket is held, capacity_error when the step would exceed max_events.
-  [[nodiscard]] std::optional<std::uint64_t> acquire(std::uint64_t bucket, std::uint64_t bytes) {
+  /// keep_place: every lease of the bucket within one step is served where its first lease of the
+  /// step was (for a caller that keeps views of that lease, as autograd keeps a weight bucket's
+  /// forward lease for the backward): at that range again, by the caching allocator again when the
+  /// first fell back (counted under the first one's reason), and capacity_error, recording nothing,
+  /// when another lease holds that range now or the request is larger than it.
+  [[nodiscard]] std::optional<std::uint64_t> acquire(std::uint64_t bucket, std::uint64_t bytes,
+                                                     bool keep_place = false) {
     if (!plan_) {
       check_cap();
       trace_.acquire(bucket, bytes);
@@ -101,45 +108,66 @@ class learning_arena {
             bytes, " bytes; expected 1 .. 2^62");
     expects<logic_error>(!live_.contains(bucket), "pool::learning_arena: acquire of bucket ", bucket,
                          ", which is held (acquired and not released)");
+    auto const first = first_in_step_.find(bucket);
+    bool const kept = keep_place && first != first_in_step_.end() && first->second.step == stats_.steps;
+    if (kept && first->second.range.second > 0) {
+      auto const [begin, end] = first->second.range;
+      auto const holder = meeting(live_, begin, end);
+      expects<capacity_error>(!holder && bytes <= end - begin, "pool::learning_arena: bucket ", bucket, " of unit ",
+                              b->unit, " was served at arena offset ", begin, " earlier in this step (the caller keeps "
+                              "views of it) and ", holder ? "bucket " + std::to_string(*holder) + " holds those bytes now"
+                              : std::to_string(bytes) + " bytes do not fit there now",
+                              ", in an order the recorded steps did not show; replan() at a step boundary after a "
+                              "step in that order");
+    }
     check_cap();
     step_.push_back({lease_event_kind::acquire, bucket, bytes});
     ++stats_.acquires;
-    std::optional<std::uint64_t> offset;
     std::pair<std::uint64_t, std::uint64_t> range{0, 0};  // in the arena; fallbacks take none
-    auto const planned = plan_->offsets.find(bucket);
+    std::optional<fallback_reason> why;
     if (b->unit == no_trace_unit) {
       ++stats_.unpooled;
-    } else if (planned == plan_->offsets.end()) {
-      fall_back(fallback_reason::unknown_bucket);
+    } else if (kept) {
+      range = first->second.range;
+      why = first->second.why;
+    } else if (!plan_->offsets.contains(bucket)) {
+      why = fallback_reason::unknown_bucket;
     } else if (bytes > plan_->bytes.at(bucket)) {
-      fall_back(fallback_reason::larger_than_planned);
+      why = fallback_reason::larger_than_planned;
+    } else if (auto const r = free_range(live_, bucket, bytes)) {
+      range = *r;
     } else {
-      // Its planned range, then (max / by_bytes) its slot in the other buffer groups.
-      auto const meets = [&](std::uint64_t begin, std::uint64_t end) {
-        for (auto const& [other, r] : live_)
-          if (r.first < end && begin < r.second) return true;
-        return false;
-      };
-      std::uint64_t const begin = planned->second;
-      std::uint64_t const end = begin + align_up(plan_->bytes.at(bucket), options_.alignment);
-      if (!meets(begin, end)) {
-        range = {begin, end};
-      } else if (auto const alt = plan_->alternatives.find(bucket); alt != plan_->alternatives.end()) {
-        for (auto const& [o, n] : alt->second)
-          if (n >= bytes && !meets(o, o + n)) {
-            range = {o, o + n};
-            break;
-          }
-      }
-      if (range.second > 0) {
-        offset = range.first;
-        ++stats_.served;
-      } else {
-        fall_back(fallback_reason::overlaps_live);
-      }
+      why = fallback_reason::overlaps_live;
     }
+    if (why) fall_back(*why);
+    if (range.second > 0) ++stats_.served;
+    if (b->unit != no_trace_unit && (first == first_in_step_.end() || first->second.step != stats_.steps))
+      first_in_step_[bucket] = {stats_.steps, range, why};
     live_.emplace(bucket, range);
-    return offset;
+    return range.second > 0 ? std::optional<std::uint64_t>(range.first) : std::nullopt;
+  }
+
+  /// Whether acquiring each of `buckets` now, in order, would find room in the arena, counting the
+  /// leases of `releasable` as released (Megatron-FSDP's capacity question): false when one would
+  /// fall back as overlaps_live. Held buckets count as held; buckets the plan does not hold
+  /// (outside every unit, never acquired in the trace) do not count (the caller serves them), nor
+  /// does anything while learning. Throws invalid_argument for an undeclared bucket.
+  [[nodiscard]] bool can_acquire(std::span<std::uint64_t const> buckets,
+                                 std::span<std::uint64_t const> releasable = {}) const {
+    for (auto const* list : {&buckets, &releasable})
+      for (auto const id : *list)
+        expects(trace_.find(id) != nullptr, "pool::learning_arena: can_acquire of bucket ", id,
+                ", which was never declared");
+    if (!plan_) return true;
+    auto live = live_;
+    for (auto const id : releasable) live.erase(id);
+    for (auto const id : buckets) {
+      if (live.contains(id) || !plan_->offsets.contains(id)) continue;
+      auto const r = free_range(live, id, plan_->bytes.at(id));
+      if (!r) return false;
+      live.emplace(id, *r);
+    }
+    return true;
   }
 
   /// Throws logic_error when the bucket is not held (invalid_argument when never declared).
@@ -238,6 +266,31 @@ class learning_arena {
     return first ? plan_->arena_bytes != 0 || before != 0 : plan_->arena_bytes != before;
   }
 
+  using live_map = std::map<std::uint64_t, std::pair<std::uint64_t, std::uint64_t>>;
+  // The live lease whose range meets [begin, end), if any.
+  static std::optional<std::uint64_t> meeting(live_map const& live, std::uint64_t begin, std::uint64_t end) {
+    for (auto const& [other, r] : live)
+      if (r.first < end && begin < r.second) return other;
+    return std::nullopt;
+  }
+  // Where a planned bucket would be served now: its planned range, else (max / by_bytes) its slot
+  // in the other buffer groups, the first free one of `bytes` or more; nothing when all are taken.
+  std::optional<std::pair<std::uint64_t, std::uint64_t>> free_range(live_map const& live, std::uint64_t bucket,
+                                                                    std::uint64_t bytes) const {
+    std::uint64_t const begin = plan_->offsets.at(bucket);
+    std::uint64_t const end = begin + align_up(plan_->bytes.at(bucket), options_.alignment);
+    if (!meeting(live, begin, end)) return std::pair{begin, end};
+    if (auto const alt = plan_->alternatives.find(bucket); alt != plan_->alternatives.end())
+      for (auto const& [o, n] : alt->second)
+        if (n >= bytes && !meeting(live, o, o + n)) return std::pair{o, o + n};
+    return std::nullopt;
+  }
+  struct first_lease {
+    std::size_t step = 0;                             // stats_.steps when it was made
+    std::pair<std::uint64_t, std::uint64_t> range;  // {0, 0}: it fell back
+    std::optional<fallback_reason> why;             // why it fell back
+  };
+
   learning_arena_options options_;
   lease_trace trace_;
   std::optional<lifetime_plan> plan_;
@@ -246,6 +299,7 @@ class learning_arena {
   bool step_fell_back_ = false;
   std::uint64_t megatron_max_bytes_ = 0;
   learning_arena_stats stats_;
+  std::map<std::uint64_t, first_lease> first_in_step_;  // bucket -> its first lease of the step (keep_place)
 };
 
 }  // namespace headroom::pool

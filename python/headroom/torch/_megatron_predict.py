@@ -1,5 +1,6 @@
-"""headroom.torch.megatron_fsdp.predict: the lease trace Megatron-FSDP's schedule makes of its two
-double-buffer allocators, from a model on the meta device, planned by the C++ plan_lifetimes."""
+"""headroom.torch.megatron_fsdp.predict (defined here, exported there): the lease trace
+Megatron-FSDP's schedule makes of its two double-buffer allocators, from a model on the meta
+device, planned by the C++ plan_lifetimes."""
 from __future__ import annotations
 
 import operator
@@ -9,8 +10,6 @@ import torch
 
 import headroom
 from headroom import pool as hp
-
-from .megatron_fsdp import _dtype_name, _itemsize, _storage_dtype
 
 
 def _megatron_step(trace, units: List[List[int]], nbytes: Dict[int, int], what: str, micro_batches: int) -> None:
@@ -49,10 +48,11 @@ def _megatron_step(trace, units: List[List[int]], nbytes: Dict[int, int], what: 
     trace.end_step()
 
 
-def predict_arenas(model: torch.nn.Module, unit_classes: Sequence[type], *, grad_comm_dtype: Any, dp: int,
-                   micro_batches: int, alignment: int) -> Dict[str, Dict[str, Any]]:
+def predict(model: torch.nn.Module, unit_classes: Sequence[type], *, grad_comm_dtype: Any = torch.bfloat16,
+            dp: int = 1, micro_batches: int = 1, alignment: int = hp.default_alignment) -> Dict[str, Dict[str, Any]]:
     """Each planner's arena and the bound for a Megatron-FSDP run of ``model`` (on the meta
-    device is enough: no GPU, no memory), before launching it.
+    device is enough: no GPU, no memory), before launching it. Needs megatron_fsdp; what it
+    assumes: docs/torch.md, "Predict before running".
 
     Megatron-FSDP's own code makes the parameter groups (``_get_parameter_groups`` with
     ``fsdp_unit_modules=unit_classes``, ``optim_grads_params``) and their padded request sizes
@@ -67,6 +67,8 @@ def predict_arenas(model: torch.nn.Module, unit_classes: Sequence[type], *, grad
     ``megatron_planned``, the bytes Megatron's MaxPoolAllocator plans (``size`` copies of its
     ``max_dtype_bucket_sizes``). A real run records its own trace (``PoolAllocator.trace``);
     where its order differs from this model the arenas differ."""
+    from .megatron_fsdp import _dtype_name, _itemsize, _storage_dtype  # the allocator's dtype rules
+
     try:
         import megatron_fsdp.param_and_grad_buffer as pgb
         from megatron_fsdp.distributed_data_parallel_config import DistributedDataParallelConfig

@@ -4,22 +4,21 @@
 buffers from (``MaxPoolAllocator``, ``FixedPoolAllocator`` in ``param_and_grad_buffer``), for
 buffers built afterwards. :class:`PoolAllocator` keeps Megatron's contract and the torch views;
 planning, lease bookkeeping, the trace and the fingerprint are ``headroom.pool.LearningArena``'s
-(C++). A lease is a bucket from its first ``allocate`` to its ``free`` (Megatron re-fetches a held
+(C++), which also keeps a weight bucket where its first lease of a step was and answers
+``can_allocate``. A lease is a bucket from its first ``allocate`` to its ``free`` (Megatron re-fetches a held
 bucket once per parameter; those calls return the same memory). The first step is served by the
 caching allocator while the arena records it; :func:`end_step` plans, agrees across ranks and
 allocates one arena inside Megatron's ``mem_alloc_context``; requests the plan cannot hold are
 served by the caching allocator and counted; :func:`replan` re-lays; :func:`report` says what
 happened; :func:`predict` estimates before a run. docs/torch.md has the details and the lifetime
-analysis. Logger: ``headroom.torch.megatron_fsdp`` (warns once on a missing :func:`end_step`, on
-buffers built without ``fsdp_double_buffer=True`` after :func:`install`, and at :func:`uninstall`
-while allocators stay in use).
+analysis. The patching (:func:`install`) and the warnings outside an allocator (a missing
+:func:`end_step`, buffers built without ``fsdp_double_buffer=True``) are in ``_megatron_hooks``.
+Logger: ``headroom.torch.megatron_fsdp``.
 """
 from __future__ import annotations
 
 import contextlib
-import logging
 import operator
-import sys
 import weakref
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
@@ -28,15 +27,16 @@ import torch
 import headroom
 from headroom import pool as hp
 
+from ._megatron_hooks import install, installed, logger, step_ended, uninstall, warn_once, watch_optimizer_steps
+from ._megatron_predict import predict
+
 __all__ = [
     "PoolAllocator", "PLANNERS", "install", "uninstall", "installed", "end_step", "replan", "report",
     "predict", "allocators", "add_lease_listener", "remove_lease_listener",
 ]
 
-logger = logging.getLogger(__name__)
-
 PLANNERS = ("max", "by_bytes", "interval")
-DEFAULT_ALIGNMENT = 256
+DEFAULT_ALIGNMENT = hp.default_alignment
 
 
 class _Served:
@@ -70,45 +70,11 @@ def remove_lease_listener(fn: Callable[[Dict[str, Any]], None]) -> None:
 
 _live: "weakref.WeakSet[PoolAllocator]" = weakref.WeakSet()
 _serial = [0]
-_warned: set = set()
-
-
-def _warn_once(key: str, msg: str, *args) -> None:
-    if key not in _warned:
-        _warned.add(key)
-        logger.warning(msg, *args)
 
 
 def allocators() -> List["PoolAllocator"]:
     """Every live :class:`PoolAllocator`, in construction order."""
     return sorted(_live, key=lambda a: a._serial)
-
-
-_steps = {"optimizer": 0, "leases": 0, "hook": None}
-
-
-def _after_optimizer_step(*_unused) -> None:
-    """torch's global optimizer post-step hook. It counts the optimizer steps after which a
-    learning allocator had served new leases; three without end_step() (fully_shard_optimizer
-    runs one step at construction, after the buffers' initial leases) mean end_step() is missing."""
-    learning = [a for a in allocators() if a.plan is None and a._leases]
-    leases = sum(a._leases for a in learning)
-    if leases != _steps["leases"]:
-        _steps["leases"] = leases
-        _steps["optimizer"] += 1
-    if _steps["optimizer"] >= 3 and learning:
-        _warn_once(
-            "end_step", "[headroom] %d optimizer steps ran without headroom.torch.megatron_fsdp.end_step(): %s still "
-            "learn from the caching allocator and their traces grow every step; call end_step() on every rank after "
-            "optimizer.step()", _steps["optimizer"],
-            ", ".join(f"{a.name} ({a.planner}, {a._leases} leases)" for a in learning))
-
-
-def _watch_optimizer_steps() -> None:
-    if _steps["hook"] is None:
-        from torch.optim.optimizer import register_optimizer_step_post_hook
-
-        _steps["hook"] = register_optimizer_step_post_hook(_after_optimizer_step)
 
 
 def end_step() -> None:
@@ -117,7 +83,7 @@ def end_step() -> None:
     The first call after an allocator served a step plans on what it recorded, compares the
     plan's fingerprint across the data-parallel group and allocates its arena; later calls mark
     the boundary in the trace. Allocators that served nothing yet keep waiting."""
-    _steps["optimizer"] = 0
+    step_ended()
     for a in allocators():
         a.end_step()
 
@@ -235,8 +201,6 @@ class PoolAllocator:
         self.arena: Optional[torch.Tensor] = None
         self._held: Dict[int, _Served] = {}  # bucket -> what allocate returned, while leased
         self._offset: Dict[int, Optional[int]] = {}  # bucket -> arena offset (None: caching allocator)
-        self._bytes: Dict[int, int] = {}  # bucket -> largest request (for can_allocate)
-        self._place: Dict[int, Optional[int]] = {}  # bucket -> where its first lease of this step was
         self._unrecorded: set = set()  # held buckets Megatron allocated without strict assignment
         self._weights: Optional[bool] = None  # see _holds_weights
         self._views: Dict[Any, _Served] = {}
@@ -248,7 +212,7 @@ class PoolAllocator:
         _serial[0] += 1
         self._serial = _serial[0]
         _live.add(self)
-        _watch_optimizer_steps()
+        watch_optimizer_steps()
 
     # -- what the C++ arena knows ---------------------------------------------------------------
 
@@ -317,8 +281,7 @@ class PoolAllocator:
         dist = torch.distributed
         if not (dist.is_available() and dist.is_initialized()):
             return
-        plan = self.plan
-        mine = (plan.fingerprint, self.planner, plan.arena_bytes)
+        mine = (self.plan.fingerprint, self.plan.arena_bytes)  # the fingerprint covers the planner
         for g in self._agreement_groups():
             n = dist.get_world_size(g)
             if n == 1:
@@ -327,7 +290,7 @@ class PoolAllocator:
             dist.all_gather_object(everyone, mine, group=g)
             if any(x != everyone[0] for x in everyone):
                 rows = "; ".join(f"rank {i if g is None else dist.get_global_rank(g, i)}: fingerprint {x[0]}, "
-                                 f"planner {x[1]}, arena {x[2]} B" for i, x in enumerate(everyone))
+                                 f"arena {x[1]} B" for i, x in enumerate(everyone))
                 raise headroom.collective_mismatch(
                     f"PoolAllocator '{self.name}': ranks of one data-parallel group planned different arenas "
                     f"({rows}); every rank must build the same parameter groups and run the same steps")
@@ -362,34 +325,23 @@ class PoolAllocator:
             self._offset[bucket_id] = None
             self._unrecorded.add(bucket_id)
             return self._held[bucket_id]
-        offset = self._arena.acquire(bucket_id, nbytes)
+        # Autograd keeps views of a weight bucket's first lease in a step (the forward's weights for the
+        # backward): every lease of the step at the same memory (C++ keep_place; an error otherwise)
+        offset = self._arena.acquire(bucket_id, nbytes, keep_place=self._holds_weights())
         self._leases += 1
-        self._bytes[bucket_id] = max(self._bytes.get(bucket_id, 0), nbytes)
-        if bucket_id in self._place and self._place[bucket_id] != offset and self._holds_weights():
-            # Autograd keeps views of a weight bucket's first lease in a step (the forward's weights
-            # for the backward): every lease of the step must be at the same memory.
-            if self._place[bucket_id] is not None:
-                self._arena.release(bucket_id)
-                raise headroom.capacity_error(
-                    f"PoolAllocator '{self.name}': bucket {bucket_id} of unit {unit} was served at arena offset "
-                    f"{self._place[bucket_id]} earlier in this step (autograd keeps views of it) and another lease "
-                    "holds those bytes now, in an order the recorded steps did not show; replan() at a step "
-                    "boundary after a step in that order, or use planner='interval'")
-            offset = None  # served by the caching allocator earlier in this step: stays there
-        self._place[bucket_id] = offset
         if offset is None or self.arena is None:
             if self.arena is not None:
-                _warn_once(f"{self._serial}/{bucket_id}", "[headroom][%s] bucket %d of unit %s (%d B): the plan cannot "
-                           "hold it now (off the recorded trace); served by the caching allocator, counted in "
-                           "report()['fallbacks']; replan() at a step boundary takes it in", self.name, bucket_id,
-                           unit, nbytes)
+                warn_once(f"{self._serial}/{bucket_id}", "[headroom][%s] bucket %d of unit %s (%d B): the plan cannot "
+                          "hold it now (off the recorded trace); served by the caching allocator, counted in "
+                          "report()['fallbacks']; replan() at a step boundary takes it in", self.name, bucket_id,
+                          unit, nbytes)
             served = self._dynamic.allocate(bucket_id, size, dtype, device)
             self._offset[bucket_id] = None
         else:
             served = self._view(offset, size, dtype)
             self._offset[bucket_id] = offset
             if _lease_listeners:
-                self._emit("alloc", bucket_id, unit, served, offset)
+                self._emit("alloc", bucket_id, served, offset)
         self._held[bucket_id] = served
         return served
 
@@ -410,30 +362,17 @@ class PoolAllocator:
         if offset is None:
             self._dynamic.free(bucket_id)
         elif _lease_listeners:
-            self._emit("free", bucket_id, unit, served, offset)
+            self._emit("free", bucket_id, served, offset)
 
     def can_allocate(self, bucket_ids: Iterable[int], releasable_bucket_ids: Optional[Iterable[int]] = None) -> bool:
-        """Whether every bucket of `bucket_ids` would get its planned bytes now, counting the
-        leases of `releasable_bucket_ids` as released (Megatron PR #6316's capacity question).
-        Held buckets count once; non-unit buckets and the learning step always fit (the caching
-        allocator serves them)."""
-        wanted = [b for b in dict.fromkeys(bucket_ids) if self._check_bucket(b) is not None]
-        releasable = set(releasable_bucket_ids or ())
-        for b in releasable:
-            self._check_bucket(b)
-        plan = self.plan
-        if plan is None:
-            return True
-        live = {b: (self._offset[b], self._bytes[b]) for b in self._held
-                if b not in releasable and self._offset.get(b) is not None}
-        for b in wanted:
-            if b in self._held or b not in plan.offsets:
-                continue
-            start, n = plan.offsets[b], self._bytes.get(b, 0)
-            if any(s < start + n and start < s + m for s, m in live.values()):
-                return False
-            live[b] = (start, n)
-        return True
+        """Whether every bucket of `bucket_ids`, allocated now in order, would find room in the arena
+        where ``allocate`` would put it, counting the leases of `releasable_bucket_ids` as released
+        (Megatron PR #6316's capacity question; C++ ``LearningArena.can_acquire``). Held buckets
+        count once; non-unit buckets and the learning step always fit (the caching allocator serves
+        them)."""
+        wanted, releasable = ([b for b in dict.fromkeys(ids or ()) if self._check_bucket(b) is not None]
+                              for ids in (bucket_ids, releasable_bucket_ids))
+        return self._arena.can_acquire(wanted, releasable)
 
     def end_step(self) -> bool:
         """A step boundary: the first one after this allocator served a step plans and allocates
@@ -441,7 +380,6 @@ class PoolAllocator:
         if not self._leases:
             return False  # never used (the FP8 transpose allocator of a BF16 model): nothing to plan
         self._check_nothing_held("end_step")
-        self._place.clear()
         self._arena.end_step()
         return self._lay("end_step", agree=self.arena is None)
 
@@ -451,7 +389,6 @@ class PoolAllocator:
         if self.plan is None:
             return False
         self._check_nothing_held("replan")
-        self._place.clear()
         self._arena.replan()
         return self._lay("replan", agree=True)
 
@@ -492,20 +429,19 @@ class PoolAllocator:
             view = self._views[key] = _Served(self.arena[offset:offset + nbytes].view(dtype))
         return view
 
-    def _emit(self, action: str, bucket_id: int, unit, served: _Served, offset: int) -> None:
-        event = {"action": action, "allocator": self.name, "bucket": bucket_id, "unit": unit,
-                 "addr": served.data.data_ptr(), "size": served.data.numel() * served.data.element_size(),
-                 "arena_addr": self.arena.data_ptr(), "arena_bytes": self.arena.numel(), "slot": f"@{offset}",
-                 "device": self.arena.device}
+    def _lease(self, bucket_id: int, served: _Served, offset: int) -> Dict[str, Any]:
+        return {"allocator": self.name, "bucket": bucket_id, "unit": self.fsdp_param_groups[bucket_id].fsdp_unit_id,
+                "addr": served.data.data_ptr(), "size": served.data.nbytes, "slot": f"@{offset}"}
+
+    def _emit(self, action: str, bucket_id: int, served: _Served, offset: int) -> None:
+        event = {"action": action, **self._lease(bucket_id, served, offset), "arena_addr": self.arena.data_ptr(),
+                 "arena_bytes": self.arena.numel(), "device": self.arena.device}
         for fn in list(_lease_listeners):
             fn(event)
 
     def leases(self) -> List[Dict[str, Any]]:
         """The arena leases held now: allocator, bucket, unit, addr, size (bytes), slot."""
-        return [{"allocator": self.name, "bucket": b, "unit": self.fsdp_param_groups[b].fsdp_unit_id,
-                 "addr": s.data.data_ptr(), "size": s.data.numel() * s.data.element_size(),
-                 "slot": f"@{self._offset[b]}"}
-                for b, s in self._held.items() if self._offset.get(b) is not None]
+        return [self._lease(b, s, self._offset[b]) for b, s in self._held.items() if self._offset.get(b) is not None]
 
     # -- non-unit buckets: as Megatron ----------------------------------------------------------
 
@@ -517,107 +453,3 @@ class PoolAllocator:
             with mem_alloc_context() if mem_alloc_context is not None else contextlib.nullcontext():
                 self._persistent[key] = _Served(torch.empty(size, dtype=dtype, device=device))
         return self._persistent[key]
-
-
-# ---------------------------------------------------------------------------------------------
-# installation
-
-_saved: Dict[str, Any] = {}
-
-
-def _target_modules(module) -> List[Any]:
-    if module is not None:
-        return [module]
-    found = [m for n, m in list(sys.modules.items()) if n.endswith("megatron_fsdp.param_and_grad_buffer") and m]
-    if not found:
-        try:
-            import megatron_fsdp.param_and_grad_buffer as pgb
-        except ImportError as e:
-            raise headroom.invalid_argument(
-                "headroom.torch.megatron_fsdp.install: megatron_fsdp is not importable (pip install "
-                "megatron-fsdp); pass module= to patch another copy of param_and_grad_buffer") from e
-        found = [pgb]
-    return found
-
-
-def _checking_init(init):
-    """ParamAndGradBuffer.__init__, then a warning when it did not build headroom's allocators."""
-
-    def __init__(self, *args, **kwargs):
-        init(self, *args, **kwargs)
-        if not isinstance(getattr(self, "weight_alloc", None), PoolAllocator):
-            cfg = getattr(self, "ddp_config", None)
-            why = ("fsdp_double_buffer=False" if not getattr(cfg, "fsdp_double_buffer", False)
-                   else "no fsdp_unit_modules")
-            _warn_once("no_double_buffer", "[headroom] headroom.torch.megatron_fsdp is installed (planner %s) but "
-                       "Megatron-FSDP built its buffers with %s: it uses %s, not headroom's PoolAllocator; pass "
-                       "fsdp_double_buffer=True (and fsdp_unit_modules) to fully_shard_model", installed(), why,
-                       type(getattr(self, "weight_alloc", None)).__name__)
-
-    __init__.__wrapped__ = init
-    return __init__
-
-
-def install(planner: str = "max", *, module=None, alignment: int = DEFAULT_ALIGNMENT, group=None,
-            max_events: Optional[int] = None) -> type:
-    """Makes Megatron-FSDP build :class:`PoolAllocator` (with ``planner``) wherever it would build
-    ``MaxPoolAllocator`` or ``FixedPoolAllocator``: both names in every loaded
-    ``megatron_fsdp.param_and_grad_buffer`` (or ``module``), for buffers built afterwards
-    (``fully_shard_model`` / ``MegatronFSDP(...)`` with ``fsdp_double_buffer=True``; without it
-    Megatron builds no double buffer and a warning says so). Returns the installed class."""
-    if planner not in PLANNERS:
-        raise headroom.invalid_argument(
-            f"headroom.torch.megatron_fsdp.install: planner {planner!r}; expected one of {', '.join(PLANNERS)}")
-    cls = type(f"PoolAllocator_{planner}", (PoolAllocator,),
-               {"planner": planner, "alignment": alignment, "group": group, "max_events": max_events})
-    for m in _target_modules(module):
-        if m.__name__ not in _saved:
-            buf = getattr(m, "ParamAndGradBuffer", None)
-            _saved[m.__name__] = (m, m.MaxPoolAllocator, m.FixedPoolAllocator, buf, buf and buf.__dict__["__init__"])
-            if buf is not None:
-                buf.__init__ = _checking_init(buf.__dict__["__init__"])
-        m.MaxPoolAllocator = cls
-        m.FixedPoolAllocator = cls
-    _warned.discard("no_double_buffer")
-    _watch_optimizer_steps()
-    return cls
-
-
-def uninstall() -> None:
-    """Puts Megatron's own classes back, for buffers built afterwards: buffers built while
-    installed keep their PoolAllocators (and their arenas) until they are destroyed."""
-    kept = [a.name for a in allocators()]
-    for name, (m, max_pool, fixed_pool, buf, init) in list(_saved.items()):
-        m.MaxPoolAllocator, m.FixedPoolAllocator = max_pool, fixed_pool
-        if buf is not None:
-            buf.__init__ = init
-        del _saved[name]
-    if kept:
-        logger.warning("[headroom] uninstall(): Megatron's allocators are back for buffers built from now on; "
-                       "%d PoolAllocators of buffers already built stay in use (%s)", len(kept), ", ".join(kept))
-
-
-def installed() -> Optional[str]:
-    """The planner installed, or None."""
-    for m, *_ in _saved.values():
-        cls = m.MaxPoolAllocator
-        if isinstance(cls, type) and issubclass(cls, PoolAllocator):
-            return cls.planner
-    return None
-
-
-# ---------------------------------------------------------------------------------------------
-# prediction before a run
-
-
-def predict(model: torch.nn.Module, unit_classes: Sequence[type], *, grad_comm_dtype: Any = torch.bfloat16,
-            dp: int = 1, micro_batches: int = 1, alignment: int = DEFAULT_ALIGNMENT) -> Dict[str, Dict[str, Any]]:
-    """Each planner's arena and the bound for a Megatron-FSDP run of ``model`` (the meta device is
-    enough: no GPU, no memory), before launching it: per allocator (``fsdp_params``,
-    ``fsdp_grads``) and ``total``, ``bound``, ``max``, ``by_bytes``, ``interval``, ``winner`` and
-    ``megatron_planned`` (what Megatron's MaxPoolAllocator plans). Needs megatron_fsdp. What it
-    assumes: docs/torch.md, "Predict before running"."""
-    from ._megatron_predict import predict_arenas
-
-    return predict_arenas(model, unit_classes, grad_comm_dtype=grad_comm_dtype, dp=dp,
-                          micro_batches=micro_batches, alignment=alignment)

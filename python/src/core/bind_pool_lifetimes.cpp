@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "bindings.hpp"
 #include "convert.hpp"
@@ -167,9 +168,23 @@ void bind_pool_lifetimes(nb::module_& sub) {
           nb::arg("nbytes"))
       .def(
           "acquire",
-          [](learning_arena& a, int_arg b, int_arg n) { return a.acquire(as_u64(b, "bucket"), as_u64(n, "nbytes")); },
-          nb::arg("bucket"), nb::arg("nbytes"),
-          "The arena offset to serve the bucket at, or None (serve it from the caching allocator).")
+          [](learning_arena& a, int_arg b, int_arg n, bool keep_place) {
+            return a.acquire(as_u64(b, "bucket"), as_u64(n, "nbytes"), keep_place);
+          },
+          nb::arg("bucket"), nb::arg("nbytes"), nb::kw_only(), nb::arg("keep_place") = false,
+          "The arena offset to serve the bucket at, or None (serve it from the caching allocator). keep_place: "
+          "where the bucket's first lease of the step was (capacity_error when another lease holds it now).")
+      .def(
+          "can_acquire",
+          [](learning_arena const& a, nb::handle buckets, nb::handle releasable) {
+            auto const ids = as_size_list(buckets, "buckets");
+            auto const free = as_size_list(releasable, "releasable");
+            std::vector<std::uint64_t> const b(ids.begin(), ids.end()), r(free.begin(), free.end());
+            return a.can_acquire(b, r);
+          },
+          nb::arg("buckets"), nb::arg("releasable") = nb::tuple(),
+          "Whether acquiring each bucket now, in order, finds room in the arena, the leases of releasable "
+          "counted as released.")
       .def(
           "release", [](learning_arena& a, int_arg b) { a.release(as_u64(b, "bucket")); }, nb::arg("bucket"))
       .def("end_step", &learning_arena::end_step, "A step boundary; True when arena_bytes changed.")

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import headroom
+from headroom.torch import _megatron_hooks as hooks
 from headroom.torch import megatron_fsdp as hm
 
 CPU = torch.device("cpu")
@@ -303,9 +304,11 @@ def test_a_bucket_stays_where_its_first_lease_of_the_step_was():
     a.free(1)
     again = a.allocate(1, 1000, torch.bfloat16, CPU)  # the arena is free now, but 1 stays put
     assert again is x1 and again.data.untyped_storage().nbytes() == 2000
+    assert a.report()["fallbacks"]["overlaps_live"] == 2  # counted under its first lease's reason
     a.allocate(2, 1000, torch.bfloat16, CPU)  # takes the shared bytes
     with pytest.raises(headroom.capacity_error, match=r"bucket 0 of unit 0 was served at arena offset 0 earlier in "
-                                                      r"this step \(autograd keeps views of it\)"):
+                                                      r"this step \(the caller keeps views of it\) and bucket 2 "
+                                                      r"holds those bytes now"):
         a.allocate(0, 1000, torch.bfloat16, CPU)
     a.free(1)
     a.free(2)
@@ -448,8 +451,8 @@ def test_missing_end_step_warns_once(caplog):
     a = hm.PoolAllocator("fsdp_params", groups, planner="interval")
     w = torch.nn.Parameter(torch.zeros(2))
     opt = torch.optim.SGD([w], lr=0.1)
-    hm._warned.discard("end_step")
-    hm._steps.update(optimizer=0, leases=0)
+    hooks._warned.discard("end_step")
+    hooks._steps.update(optimizer=0, leases=0)
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         w.grad = torch.ones(2)
         opt.step()  # fully_shard_optimizer steps once at construction: no leases yet, not counted
