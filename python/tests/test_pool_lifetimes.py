@@ -92,6 +92,7 @@ def test_learning_arena_learns_then_serves_and_counts_fallbacks():
     assert a.plan == pool.plan_lifetimes(a.trace, alignment=256, follow_moves=True)
     assert a.arena_bytes == 2 * 3072 < pool.plan_lifetimes(a.trace, alignment=256).arena_bytes
     assert all(v is not None for v in step([("a", 0), ("a", 2), ("r", 0), ("r", 2)]).values())
+    assert a.end_step() is False
     assert all(v is not None for v in step(seq).values())  # every step seen so far, after replan()
     assert a.end_step() is False and a.stats()["fallbacks"]["overlaps_live"] == 1
     assert isinstance(a.trace, pool.LeaseTrace) and a.trace.steps == 2  # distinct steps: repeats kept once
