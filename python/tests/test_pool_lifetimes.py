@@ -86,8 +86,16 @@ def test_learning_arena_learns_then_serves_and_counts_fallbacks():
     a.end_step()
     assert a.stats()["recorded_steps"] == 2
     assert a.replan() is True
+    # 0 and 2 (pinned to one MaxPool slot) alive together: MaxPool moves 2 to the other buffer
+    # group; the arena follows it, smaller than the fixed-offset packing of the same trace
+    assert a.plan.winner == "max" and "max" in a.plan.infeasible
+    assert a.plan == pool.plan_lifetimes(a.trace, alignment=256, follow_moves=True)
+    assert a.arena_bytes == 2 * 3072 < pool.plan_lifetimes(a.trace, alignment=256).arena_bytes
     assert all(v is not None for v in step([("a", 0), ("a", 2), ("r", 0), ("r", 2)]).values())
-    assert isinstance(a.trace, pool.LeaseTrace) and a.trace.steps == 2
+    assert a.end_step() is False
+    assert all(v is not None for v in step(seq).values())  # every step seen so far, after replan()
+    assert a.end_step() is False and a.stats()["fallbacks"]["overlaps_live"] == 1
+    assert isinstance(a.trace, pool.LeaseTrace) and a.trace.steps == 2  # distinct steps: repeats kept once
 
 
 def test_errors_keep_the_cpp_message():

@@ -8,6 +8,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "headroom/core/error.hpp"
@@ -158,6 +159,15 @@ TEST_CASE("plan_lifetimes: a bucket Megatron moves off its pinned group makes ma
   CHECK(*p.candidate_bytes("max") == 200);
   CHECK(p.arena_bytes == 300);
   check_plan(t, p);
+  // A caller that follows MaxPool's moves (learning_arena) takes the 200 B replay: bucket 0 at
+  // its pinned slot, or group 1's when 2 holds it.
+  auto const moves = pool::plan_lifetimes(t, {.alignment = 1, .follow_moves = true});
+  CHECK(moves.winner == "max");
+  CHECK(moves.arena_bytes == 200);
+  CHECK(moves.offsets.at(0) == 0);
+  CHECK(moves.offsets.at(2) == 0);
+  CHECK(moves.alternatives.at(0) == std::vector<std::pair<std::uint64_t, std::uint64_t>>{{100, 100}});
+  CHECK(pool::plan_lifetimes(t, {.alignment = 1, .planner = "max"}).arena_bytes == 200);
 }
 
 TEST_CASE("plan_lifetimes: equals the brute-force optimum on random small traces") {

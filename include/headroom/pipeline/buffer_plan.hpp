@@ -39,6 +39,7 @@
 #include "headroom/core/bytes.hpp"
 #include "headroom/core/error.hpp"
 #include "headroom/pipeline/detail/buffer_walk.hpp"
+#include "headroom/pipeline/detail/per_rank_plan.hpp"
 #include "headroom/pipeline/memory_model.hpp"
 #include "headroom/pipeline/output_lifetime.hpp"
 #include "headroom/pipeline/retention.hpp"
@@ -93,34 +94,20 @@ struct rank_buffers {
   }
 };
 
-class buffer_plan {
+class buffer_plan : public detail::per_rank_plan<rank_buffers> {
  public:
   buffer_plan(std::string schedule_name, pipeline_shape shape, std::string_view retention, std::string_view lifetime,
               std::string_view grouping, std::size_t alignment, std::vector<rank_buffers> ranks)
-      : schedule_(std::move(schedule_name)),
-        shape_(shape),
-        retention_(retention),
-        lifetime_(lifetime),
-        grouping_(grouping),
-        alignment_(alignment),
-        ranks_(std::move(ranks)) {}
+      : per_rank_plan("pipeline::buffer_plan::rank", std::move(schedule_name), shape, retention, lifetime, grouping,
+                      std::move(ranks)),
+        alignment_(alignment) {}
 
-  [[nodiscard]] rank_buffers const& rank(int r) const {
-    shape_.check_rank(r, "pipeline::buffer_plan::rank");
-    return ranks_[static_cast<std::size_t>(r)];
-  }
-  [[nodiscard]] std::vector<rank_buffers> const& ranks() const noexcept { return ranks_; }
-  [[nodiscard]] std::string const& schedule_name() const noexcept { return schedule_; }
-  [[nodiscard]] pipeline_shape const& shape() const noexcept { return shape_; }
-  [[nodiscard]] std::string_view retention() const noexcept { return retention_; }
-  [[nodiscard]] std::string_view lifetime() const noexcept { return lifetime_; }
-  [[nodiscard]] std::string_view transfers() const noexcept { return grouping_; }
   [[nodiscard]] std::size_t alignment() const noexcept { return alignment_; }
 
   friend std::ostream& operator<<(std::ostream& os, buffer_plan const& p) {
-    os << "buffer plan " << p.schedule_ << " (" << p.shape_ << ", retention " << p.retention_ << ", outputs "
-       << p.lifetime_ << ", transfers " << p.grouping_ << ", alignment " << p.alignment_ << ")\n";
-    for (auto const& r : p.ranks_)
+    os << "buffer plan " << p.schedule_name() << " (" << p.shape() << ", retention " << p.retention() << ", outputs "
+       << p.lifetime() << ", transfers " << p.transfers() << ", alignment " << p.alignment_ << ")\n";
+    for (auto const& r : p.ranks())
       os << "  rank " << r.rank << ": " << r.buffers.size() << " buffers, arena " << format_bytes(r.arena_bytes)
          << " (bound " << format_bytes(r.bound) << ", peak " << format_bytes(static_cast<std::uint64_t>(r.peak)) << ", "
          << r.method << (r.optimal ? ", optimal" : "") << "), receive slots " << r.receive_slots_separate
@@ -129,13 +116,7 @@ class buffer_plan {
   }
 
  private:
-  std::string schedule_;
-  pipeline_shape shape_;
-  std::string_view retention_;
-  std::string_view lifetime_;
-  std::string_view grouping_;
   std::size_t alignment_;
-  std::vector<rank_buffers> ranks_;
 };
 
 namespace detail {

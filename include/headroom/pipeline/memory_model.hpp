@@ -46,12 +46,14 @@
 #include <ostream>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "headroom/core/bytes.hpp"
 #include "headroom/core/error.hpp"
 #include "headroom/pipeline/action.hpp"
 #include "headroom/pipeline/detail/buffer_walk.hpp"
+#include "headroom/pipeline/detail/per_rank_plan.hpp"
 #include "headroom/pipeline/output_lifetime.hpp"
 #include "headroom/pipeline/retention.hpp"
 #include "headroom/pipeline/schedule.hpp"
@@ -72,54 +74,32 @@ struct rank_memory {
   friend bool operator==(rank_memory const&, rank_memory const&) = default;
 };
 
-class memory_plan {
+class memory_plan : public detail::per_rank_plan<rank_memory> {
  public:
   memory_plan(std::string schedule_name, pipeline_shape shape, std::string_view retention, std::vector<rank_memory> ranks,
               std::string_view lifetime = outputs::freed_when_sent::name,
               std::string_view grouping = transfers::one_by_one::name)
-      : schedule_(std::move(schedule_name)),
-        shape_(shape),
-        retention_(retention),
-        lifetime_(lifetime),
-        grouping_(grouping),
-        ranks_(std::move(ranks)) {}
+      : per_rank_plan("pipeline::memory_plan::rank", std::move(schedule_name), shape, retention, lifetime, grouping,
+                      std::move(ranks)) {}
 
-  [[nodiscard]] rank_memory const& rank(int r) const {
-    shape_.check_rank(r, "pipeline::memory_plan::rank");
-    return ranks_[static_cast<std::size_t>(r)];
-  }
-  [[nodiscard]] std::vector<rank_memory> const& ranks() const noexcept { return ranks_; }
-  [[nodiscard]] pipeline_shape const& shape() const noexcept { return shape_; }
-  [[nodiscard]] std::string_view retention() const noexcept { return retention_; }
-  [[nodiscard]] std::string_view lifetime() const noexcept { return lifetime_; }
-  /// How runs of consecutive transfers were counted: "one_by_one" or "grouped".
-  [[nodiscard]] std::string_view transfers() const noexcept { return grouping_; }
   /// The rank with the highest total (the one a dashboard must show).
   [[nodiscard]] rank_memory const& max_rank() const {
-    return *std::max_element(ranks_.begin(), ranks_.end(),
+    return *std::max_element(ranks().begin(), ranks().end(),
                              [](rank_memory const& a, rank_memory const& b) { return a.total() < b.total(); });
   }
 
   friend std::ostream& operator<<(std::ostream& os, memory_plan const& m) {
-    os << "memory plan " << m.schedule_ << " (" << m.shape_ << ", retention " << m.retention_;
-    if (m.lifetime_ != outputs::freed_when_sent::name) os << ", outputs " << m.lifetime_;
-    if (m.grouping_ != transfers::one_by_one::name) os << ", transfers " << m.grouping_;
+    os << "memory plan " << m.schedule_name() << " (" << m.shape() << ", retention " << m.retention();
+    if (m.lifetime() != outputs::freed_when_sent::name) os << ", outputs " << m.lifetime();
+    if (m.transfers() != transfers::one_by_one::name) os << ", transfers " << m.transfers();
     os << ")\n";
-    for (auto const& r : m.ranks_)
+    for (auto const& r : m.ranks())
       os << "  rank " << r.rank << ": peak " << format_bytes(static_cast<std::uint64_t>(r.peak)) << " at action "
          << r.peak_action << ", held at end " << format_bytes(static_cast<std::uint64_t>(r.held_at_end)) << ", parameters "
          << format_bytes(static_cast<std::uint64_t>(r.parameters)) << ", total " << format_bytes(static_cast<std::uint64_t>(r.total()))
          << '\n';
     return os;
   }
-
- private:
-  std::string schedule_;
-  pipeline_shape shape_;
-  std::string_view retention_;
-  std::string_view lifetime_;
-  std::string_view grouping_;
-  std::vector<rank_memory> ranks_;
 };
 
 /// Predicts every rank's peak for one step of `s` with costs `bytes`, retention R, output

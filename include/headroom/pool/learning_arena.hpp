@@ -12,18 +12,26 @@
 //   a.acquire(0, 4352);   // now the planned offset, or nothing (counted fallback, see below)
 //
 // Step 0 is learned: acquire returns no offset while the lease trace records it. end_step()
-// plans the trace (plan_lifetimes with the planner: interval = the best candidate, max / by_bytes =
-// that replay) and returns whether the arena size changed. Nothing is live at a step boundary.
+// plans the trace (plan_lifetimes with the planner and follow_moves: interval = the best
+// candidate, never larger than max; max / by_bytes = that replay) and returns whether the arena
+// size changed. Nothing is live at a step boundary.
 // Afterwards acquire returns the planned offset, or no offset when the request is not in the plan,
 // counted by reason: unknown_bucket (the trace never acquired it), larger_than_planned, or
 // overlaps_live (its planned bytes meet a lease held now: the order differs from the trace's).
-// A max / by_bytes plan first tries the bucket's slot in the other buffer groups, as Megatron's
+// A max / by_bytes winner first tries the bucket's slot in the other buffer groups, as Megatron's
 // MaxPool does when a pinned slot is busy (lifetime_plan::alternatives).
-// A step with a fallback is appended to the trace at its end_step(), so replan() at a later step
-// boundary plans every recorded step and no request seen so far falls back again; steps without
-// a fallback are not kept. Buckets outside every unit are never planned (counted as unpooled).
-// The trace holds at most max_events events: a step that would take it beyond throws
-// capacity_error naming the cap (the arena keeps its plan; the step is not recorded).
+// Every step is kept in the trace once: at its end_step() a step whose events (acquires with
+// their bytes, releases, in order) differ from every kept step's is appended; a repeat of a kept
+// step is not (compared event by event, found by an FNV-1a hash of its events). So the trace
+// holds the distinct steps seen, in first-seen order, at most max_events events in all, and
+// replan() at a later step boundary plans them all: afterwards a step that repeats any step seen
+// so far gets an offset for every pooled request (no fallback). A packing is feasible on every
+// kept step; at a max / by_bytes winner the run time follows the replay's slot moves (exactly
+// when each bucket's largest request was made at its pinned slot, as when it asks the same bytes
+// every time; otherwise a request may fall back, never overlap).
+// Buckets outside every unit are never planned (counted as unpooled). A step that would take the
+// trace beyond max_events throws capacity_error naming the cap (the arena keeps its plan; the
+// step is not recorded, and may fall back after a replan).
 #include <algorithm>
 #include <array>
 #include <cstddef>
@@ -61,7 +69,7 @@ struct learning_arena_stats {
   std::uint64_t bound = 0;
   std::uint64_t megatron_max_bytes = 0;  ///< what Megatron's MaxPool holds on the recorded trace
   std::size_t steps = 0;           ///< step boundaries seen
-  std::size_t recorded_steps = 0;  ///< steps in the trace (the learned one and those with a fallback)
+  std::size_t recorded_steps = 0;  ///< steps in the trace: the distinct steps seen
   std::size_t events = 0;          ///< events in the trace
   std::size_t max_events = 0;
   std::size_t acquires = 0;        ///< after learning
@@ -187,7 +195,7 @@ class learning_arena {
   }
 
   /// A step boundary (nothing held). The first plans the learned step; true when arena_bytes()
-  /// changed. Later ones keep a step that fell back in the trace; they return false.
+  /// changed. Later ones keep a step not seen before in the trace; they return false.
   bool end_step() {
     std::size_t const held = plan_ ? live_.size() : trace_.held().size();
     expects<logic_error>(held == 0, "pool::learning_arena: end_step() with ", held,
@@ -196,24 +204,27 @@ class learning_arena {
     if (!plan_) {
       check_cap();
       trace_.end_step();
+      auto const& ev = trace_.events();
+      kept_.emplace(hash_of(std::span(ev.data(), ev.size() - 1)), 0);
       return lay_out();
     }
     std::vector<lease_event> step = std::move(step_);
     step_.clear();
-    bool const keep = step_fell_back_;
-    step_fell_back_ = false;
-    if (keep) {
-      expects<capacity_error>(trace_.events().size() + step.size() + 1 <= options_.max_events,
-                              "pool::learning_arena: keeping step ", stats_.steps - 1, " (", step.size() + 1,
-                              " events, it fell back) would take the trace beyond max_events = ", options_.max_events,
-                              " (it holds ", trace_.events().size(), "); raise max_events or replan() sooner");
-      for (auto const& e : step) trace_.record(e);
-      trace_.end_step();
-    }
+    std::uint64_t const hash = hash_of(step);
+    if (kept(step, hash)) return false;
+    expects<capacity_error>(trace_.events().size() + step.size() + 1 <= options_.max_events,
+                            "pool::learning_arena: keeping step ", stats_.steps - 1, " (", step.size() + 1,
+                            " events, a step not seen before) would take the trace beyond max_events = ",
+                            options_.max_events, " (it holds ", trace_.events().size(),
+                            "); raise max_events");
+    std::size_t const begin = trace_.events().size();
+    for (auto const& e : step) trace_.record(e);
+    trace_.end_step();
+    kept_.emplace(hash, begin);
     return false;
   }
 
-  /// At a step boundary after the first end_step(): plans every recorded step again; true when
+  /// At a step boundary after the first end_step(): plans every kept (distinct) step; true when
   /// arena_bytes() changed. Throws logic_error before the first end_step() or within a step.
   bool replan() {
     expects<logic_error>(plan_.has_value(), "pool::learning_arena: replan() before the first end_step(); the "
@@ -245,7 +256,7 @@ class learning_arena {
   }
 
  private:
-  // Learning: the trace; afterwards: the current step's events (kept only when it falls back).
+  // Learning: the trace; afterwards: the current step's events (kept when not seen before).
   void check_cap() const {
     std::size_t const have = plan_ ? step_.size() : trace_.events().size();
     std::size_t const more = 1;
@@ -254,14 +265,33 @@ class learning_arena {
                             " would exceed max_events = ", options_.max_events,
                             "; raise max_events or end the step sooner");
   }
-  void fall_back(fallback_reason r) {
-    ++stats_.fallbacks[static_cast<std::size_t>(r)];
-    step_fell_back_ = true;
+  void fall_back(fallback_reason r) { ++stats_.fallbacks[static_cast<std::size_t>(r)]; }
+  static std::uint64_t hash_of(std::span<lease_event const> step) noexcept {
+    detail::fnv1a64 h;
+    h.add(step.size());
+    for (auto const& e : step) {
+      h.add(static_cast<std::uint64_t>(e.kind));
+      h.add(e.bucket);
+      h.add(e.bytes);
+    }
+    return h.value();
+  }
+  // Whether `step` (its events, without the boundary) equals a kept step.
+  bool kept(std::vector<lease_event> const& step, std::uint64_t hash) const {
+    auto const& ev = trace_.events();
+    auto const [first, last] = kept_.equal_range(hash);
+    for (auto it = first; it != last; ++it) {
+      std::size_t const begin = it->second;
+      if (begin + step.size() < ev.size() && ev[begin + step.size()].kind == lease_event_kind::step &&
+          std::equal(step.begin(), step.end(), ev.begin() + static_cast<std::ptrdiff_t>(begin)))
+        return true;
+    }
+    return false;
   }
   bool lay_out() {
     std::uint64_t const before = arena_bytes();
     bool const first = !plan_;
-    plan_ = plan_lifetimes(trace_, {.alignment = options_.alignment, .planner = options_.planner});
+    plan_ = plan_lifetimes(trace_, {.alignment = options_.alignment, .planner = options_.planner, .follow_moves = true});
     megatron_max_bytes_ = detail::replay_maxpool(trace_, false, options_.alignment).arena;
     return first ? plan_->arena_bytes != 0 || before != 0 : plan_->arena_bytes != before;
   }
@@ -296,7 +326,8 @@ class learning_arena {
   std::optional<lifetime_plan> plan_;
   std::map<std::uint64_t, std::pair<std::uint64_t, std::uint64_t>> live_;  // bucket -> [begin, end) or {0, 0}
   std::vector<lease_event> step_;  // events of the current step (after learning)
-  bool step_fell_back_ = false;
+  std::multimap<std::uint64_t, std::size_t> kept_;  // hash of a kept step's events -> its first event
+
   std::uint64_t megatron_max_bytes_ = 0;
   learning_arena_stats stats_;
   std::map<std::uint64_t, first_lease> first_in_step_;  // bucket -> its first lease of the step (keep_place)

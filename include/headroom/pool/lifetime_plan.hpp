@@ -14,8 +14,12 @@
 //   by_bytes  the same replay ranking bytes, one slot list for every dtype.
 // A candidate is feasible when no two overlapping leases share a byte at its offsets (max and
 // by_bytes are not when Megatron moved a bucket away from its pinned buffer group); packing always
-// is. So the plan is never larger than a feasible `max`. `planner` = max or by_bytes plans that
-// replay alone (feasible or not: a lease that meets a live one is then refused at run time).
+// is. So the plan is never larger than a feasible `max`. With `follow_moves` (a caller that serves
+// a replay's buckets where MaxPool moved them, lifetime_plan::alternatives) an infeasible replay
+// is a candidate too, so the plan is never larger than `max` (ties: a feasible candidate first).
+// `planner` = max or by_bytes plans that
+// replay alone (feasible or not: a lease that meets a live one is then refused at run time); an
+// infeasible replay's arena also covers each bucket's largest request at its pinned offset.
 //
 // Buckets planned: those inside a unit (declared with one) and acquired at least once; each
 // takes its largest request, aligned. `bound` is the max load: the largest sum of those aligned
@@ -47,6 +51,9 @@ inline constexpr std::string_view lifetime_planners[] = {"interval", "max", "by_
 struct lifetime_plan_options {
   std::size_t alignment = default_alignment;
   std::string planner = "interval";  ///< interval: the best candidate; max / by_bytes: that replay
+  /// The caller serves a max / by_bytes winner at its alternatives when its own slot is busy, as
+  /// MaxPool does (learning_arena): interval then takes an infeasible replay too (header comment).
+  bool follow_moves = false;
 };
 
 struct plan_candidate {
@@ -181,10 +188,16 @@ inline trace_lifetimes lifetimes_of(lease_trace const& t) {
     if (options.planner != "interval" && options.planner != name) continue;
     auto const r = detail::replay_maxpool(trace, by_bytes, options.alignment);
     std::vector<std::uint64_t> offsets;
-    for (auto b : lt.ids) offsets.push_back(r.offset.at(b));
+    // A bucket whose largest request was made away from its pinned slot (only when it moved, so
+    // the candidate is infeasible) may reach past that slot: the arena covers it.
+    std::uint64_t arena = r.arena;
+    for (std::size_t i = 0; i < lt.ids.size(); ++i) {
+      offsets.push_back(r.offset.at(lt.ids[i]));
+      arena = std::max(arena, offsets.back() + align_up(lt.items[i].bytes, options.alignment));
+    }
     bool const ok = feasible(offsets);
     for (auto b : lt.ids) alternatives[std::string(name)][b] = r.alternatives.at(b);
-    all.push_back({{std::string(name), r.arena, ok}, std::move(offsets)});
+    all.push_back({{std::string(name), arena, ok}, std::move(offsets)});
   }
   if (options.planner == "interval") {
     auto const packed = pack_lifetimes(lt.items, {.alignment = options.alignment});
@@ -195,10 +208,16 @@ inline trace_lifetimes lifetimes_of(lease_trace const& t) {
   }
 
   std::size_t best = 0;  // max / by_bytes alone: the only candidate, feasible or not
-  if (options.planner == "interval")
+  if (options.planner == "interval") {
+    auto const usable = [&](plan_candidate const& c) { return c.feasible || options.follow_moves; };
+    auto const better = [&](plan_candidate const& c, plan_candidate const& than) {
+      if (!usable(c)) return false;
+      if (!usable(than) || c.arena_bytes < than.arena_bytes) return true;
+      return c.arena_bytes == than.arena_bytes && c.feasible && !than.feasible;  // ties: fixed offsets
+    };
     for (std::size_t i = 0; i < all.size(); ++i)
-      if (all[i].first.feasible && (!all[best].first.feasible || all[i].first.arena_bytes < all[best].first.arena_bytes))
-        best = i;
+      if (better(all[i].first, all[best].first)) best = i;
+  }
   p.winner = all[best].first.name;
   p.arena_bytes = all[best].first.arena_bytes;
   for (std::size_t i = 0; i < lt.ids.size(); ++i) p.offsets[lt.ids[i]] = all[best].second[i];

@@ -106,7 +106,7 @@ def predict(model: torch.nn.Module, unit_classes: Sequence[type], *, grad_comm_d
                 trace.declare(b, unit=pg.fsdp_unit_id, group=0, dtype=_dtype_name(d),
                               nbytes=sum(p.numel() for p in pg.params) * _itemsize(d))
         _megatron_step(trace, order, nbytes, what, micro_batches)
-        plan = hp.plan_lifetimes(trace, alignment=alignment)
+        plan = hp.plan_lifetimes(trace, alignment=alignment, follow_moves=True)  # as the LearningArena
         theirs = pgb.MaxPoolAllocator(name, groups, size=2, dtype_fn=dtype_fn)
         out[name] = {"bound": plan.bound, "max": plan.candidates["max"], "by_bytes": plan.candidates["by_bytes"],
                      "interval": plan.arena_bytes, "winner": plan.winner,

@@ -143,11 +143,15 @@ void bind_pool_lifetimes(nb::module_& sub) {
 
   sub.def(
       "plan_lifetimes",
-      [](lease_trace const& t, int_arg alignment, std::string const& planner) {
-        return plan_lifetimes(t, {.alignment = as_size(alignment, "alignment"), .planner = planner});
+      [](lease_trace const& t, int_arg alignment, std::string const& planner, bool follow_moves) {
+        return plan_lifetimes(
+            t, {.alignment = as_size(alignment, "alignment"), .planner = planner, .follow_moves = follow_moves});
       },
       nb::arg("trace"), nb::arg("alignment") = default_alignment, nb::arg("planner") = "interval",
-      "Plans a lease trace: interval = the best candidate; max / by_bytes = that replay alone.");
+      nb::arg("follow_moves") = false,
+      "Plans a lease trace: interval = the best candidate; max / by_bytes = that replay alone. "
+      "follow_moves: the caller serves a replay's moves (LearningArena does), so interval takes an "
+      "infeasible max / by_bytes replay too.");
 
   nb::class_<learning_arena>(sub, "LearningArena",
                              "Run-time bookkeeping of an arena planned from the first step (docs/pool.md).")
@@ -188,7 +192,7 @@ void bind_pool_lifetimes(nb::module_& sub) {
       .def(
           "release", [](learning_arena& a, int_arg b) { a.release(as_u64(b, "bucket")); }, nb::arg("bucket"))
       .def("end_step", &learning_arena::end_step, "A step boundary; True when arena_bytes changed.")
-      .def("replan", &learning_arena::replan, "Plans every recorded step again; True when arena_bytes changed.")
+      .def("replan", &learning_arena::replan, "Plans every distinct step seen again; True when arena_bytes changed.")
       .def_prop_ro("learning", &learning_arena::learning)
       .def_prop_ro("arena_bytes", &learning_arena::arena_bytes)
       .def_prop_ro("plan", [](learning_arena const& a) { return a.plan(); })

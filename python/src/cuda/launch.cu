@@ -4,6 +4,7 @@
 // serves every dtype of that size.
 #include <cstring>
 
+#include "common/element.hpp"
 #include "headroom/core/error.hpp"
 #include "headroom/cp/cuda/ops.cuh"
 #include "plan.hpp"
@@ -11,25 +12,6 @@
 namespace headroom::python::cuda_ext {
 
 namespace {
-
-template <std::size_t N>
-struct element {
-  unsigned char bytes[N];
-};
-
-template <class F>
-void with_element(int elem_bytes, char const* op, F&& f) {
-  switch (elem_bytes) {
-    case 1: return f(element<1>{});
-    case 2: return f(element<2>{});
-    case 4: return f(element<4>{});
-    case 8: return f(element<8>{});
-    case 16: return f(element<16>{});
-    default:
-      throw invalid_argument(headroom::detail::concat(op, ": elements of ", elem_bytes,
-                                                      " bytes, expected 1, 2, 4, 8 or 16 (a torch dtype's itemsize)"));
-  }
-}
 
 template <class F>
 void with_device_cu(device_boundaries cu, F&& f) {

@@ -32,33 +32,16 @@
 #include <utility>
 #include <vector>
 
+#include "common/element.hpp"
 #include "headroom/core/error.hpp"
 #include "headroom/cp/ops.hpp"
 #include "plan.hpp"
 
 namespace {
 
+using headroom::python::with_element;
 using headroom::python::cuda_ext::plan;
 using torch::stable::Tensor;
-
-template <std::size_t N>
-struct element {
-  unsigned char bytes[N];
-};
-
-template <class F>
-void with_element(std::size_t elem_bytes, char const* op, F&& f) {
-  switch (elem_bytes) {
-    case 1: return f(element<1>{});
-    case 2: return f(element<2>{});
-    case 4: return f(element<4>{});
-    case 8: return f(element<8>{});
-    case 16: return f(element<16>{});
-    default:
-      throw headroom::invalid_argument(headroom::detail::concat(op, ": elements of ", elem_bytes,
-                                                                " bytes, expected 1, 2, 4, 8 or 16"));
-  }
-}
 
 // ---- plans, found again from the values of cu_seqlens -------------------------------------------
 

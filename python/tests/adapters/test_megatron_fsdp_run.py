@@ -158,10 +158,15 @@ def test_megatron_fsdp_runs_on_headroom_arenas(tmp_path):
                 assert p["planned"] and sum(p["fallbacks"].values()) == 0, (run, p)
                 assert p["bound"] <= p["arena_bytes"] <= p["megatron_max_bytes"]
                 assert hp.LeaseTrace.parse(p["trace"]).to_text() == p["trace"]
-                # one acquire per lease: the learned step's forward and backward (weights) or backward
-                # (gradients); Megatron's initialisation (no strict assignment) is not recorded
+                # one acquire per lease: each kept step's forward and backward (weights) or backward
+                # (gradients); Megatron's initialisation (no strict assignment) is not recorded. The
+                # trace keeps each distinct step once: the weights' learned step (it fetches unit 1
+                # before it frees unit 0) and the later ones (all alike), the gradients' one step
+                steps = p["trace"].split("\nstep\n")[:-1]
+                assert len(steps) == (2 if p["name"] == "fsdp_params" else 1), (run, p["trace"])
+                for text in steps:
+                    assert sum(line.startswith("acquire") for line in text.splitlines()) == p["units"] * (2 if p["name"] == "fsdp_params" else 1)
                 requests = [int(line.split()[2]) for line in p["trace"].splitlines() if line.startswith("acquire")]
-                assert len(requests) == p["units"] * (2 if p["name"] == "fsdp_params" else 1)
                 # the real lifetimes: never more than two units held, a heavy one and a light one
                 heavy, light = sorted(set(requests))[-1], sorted(set(requests))[-2]
                 assert p["bound"] == -(-heavy // 256) * 256 + -(-light // 256) * 256
