@@ -14,7 +14,9 @@ warm-up step, against the prediction: the bytes allocated when the step starts (
 gradients, torch's persistent buffers: measured) plus headroom's predicted peak for the step
 (headroom.torch.pipelining.predict_memory: torch's output lifetime and retention, the schedule's
 order, and per-stage sizes measured from one forward and backward of each stage on its GPU:
-activations, output, the computation's own temporaries). Target: within 5 % on every row.
+activations, output, the computation's own temporaries, and what torch's split backward keeps
+from its input half to its weight half, and each half's temporaries: kept_for_weight,
+weight_stash, input_workspace, weight_workspace). Target: within 5 % on every row.
 Losses: the last stage's per-micro-batch losses against the same modules chained on one GPU.
 
 --dp 2: 4 GPUs, DP2 x PP2 (the pipeline field report's setting, docs/pipeline.md), FSDP2 (fully_shard per decoder layer
@@ -120,8 +122,58 @@ def stage_sizes(mod, stage, n, args, device):
         in_grad = 0 if first else inp.numel() * inp.element_size()
         inp.grad = None
         del y, loss, grad
-    return pipeline.StageBytes(activations=max(0, held_f - out_bytes), output=out_bytes,
-                               workspace=max(0, peak_f - held_f, peak_b - in_grad))
+    activations = max(0, held_f - out_bytes)
+    workspace = max(0, peak_f - held_f, peak_b - in_grad)
+    kept, stash, input_workspace, weight_workspace = split_sizes(mod, first, last, inp, target, activations, out_bytes,
+                                                                 workspace, device)
+    return pipeline.StageBytes(activations=activations, output=out_bytes, workspace=workspace, kept_for_weight=kept,
+                               weight_stash=stash, input_workspace=input_workspace, weight_workspace=weight_workspace)
+
+
+def split_sizes(mod, first, last, inp, target, activations, out_bytes, workspace, device):
+    """(kept_for_weight, weight_stash, input_workspace, weight_workspace): what torch's split
+    backward keeps from its input half to its weight half, and each half's temporaries, from one run of torch's
+    own stage_backward_input and stage_backward_weight (as PipelineStage calls them):
+    weight_stash, the gradients it stashes at the weight nodes (the logits' gradient on the last
+    stage); kept_for_weight, the part of the activations its retained graph still holds (from
+    the allocator: what the input half leaves allocated, less the input gradient and that stash,
+    plus what it let go: on the last stage also the logits, which the stage detaches); the input
+    half's peak above its start less the input gradient and the stash, the weight half's peak
+    above its start. Stage 0: torch skips the input half and runs the whole backward
+    at W, so all the activations are kept and W's temporaries are the backward's."""
+    import torch
+    from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
+    if first:
+        return activations, 0, 0, workspace
+    y = mod(inp)
+    loss = loss_fn(y, target) if last else None
+    grad = None if last else torch.randn_like(y)
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    _, groups = stage_backward_input((loss,) if last else (y,), None if last else [grad], [inp], mod.parameters())
+    torch.cuda.synchronize(device)
+    peak_i = torch.cuda.max_memory_allocated(device) - before
+    skip = {t.untyped_storage().data_ptr() for t in (y, inp) + (() if last else (grad,))}
+    stash = {g.untyped_storage().data_ptr(): g.untyped_storage().nbytes()
+             for group in groups for grads in group.get("grads") or () for g in grads
+             if isinstance(g, torch.Tensor) and g.untyped_storage().data_ptr() not in skip}
+    if last:
+        if not y._is_view():
+            y.detach_()
+        del y
+    torch.cuda.synchronize(device)
+    delta = torch.cuda.memory_allocated(device) - before
+    in_grad = inp.numel() * inp.element_size()
+    kept = delta - in_grad - sum(stash.values()) + activations + (out_bytes if last else 0)
+    input_workspace = max(0, peak_i - in_grad - sum(stash.values()))
+    start = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    stage_backward_weight(mod.parameters(), groups)
+    torch.cuda.synchronize(device)
+    weight_workspace = torch.cuda.max_memory_allocated(device) - start
+    inp.grad = None
+    return min(max(0, kept), activations), sum(stash.values()), input_workspace, weight_workspace
 
 
 def worker(rank, world, args, port, results):
@@ -200,11 +252,12 @@ def worker(rank, world, args, port, results):
                     if v not in sizes_of:  # this layout's sizes: every rank measures its stages, all share
                         local = {st: stage_sizes(mods[st], st, n, args, device) for st in mine}
                         gathered = [None] * 2
-                        dist.all_gather_object(gathered, {st: (b.activations, b.output, b.workspace)
+                        fields = ("activations", "output", "workspace", "kept_for_weight", "weight_stash",
+                                  "input_workspace", "weight_workspace")
+                        dist.all_gather_object(gathered, {st: {f: getattr(b, f) for f in fields}
                                                           for st, b in local.items()}, group=pp_group)
                         merged = {st: b for g in gathered for st, b in g.items()}
-                        sizes_of[v] = [pipeline.StageBytes(activations=a, output=o, workspace=w)
-                                       for a, o, w in (merged[st] for st in range(n))]
+                        sizes_of[v] = [pipeline.StageBytes(**merged[st]) for st in range(n)]
                     transfers = "grouped" if kind == "torch_1f1b" else None  # Schedule1F1B batches SEND_F + RECV_B
                     step_peak = pipelining.predict_peaks(s, sizes_of[v], return_outputs=return_outputs,
                                                          transfers=transfers)[pp_rank]

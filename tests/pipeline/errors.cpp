@@ -118,6 +118,9 @@ TEST_CASE("stage and rank indices out of range") {
   CHECK_THROWS_WITH_AS(static_cast<void>(bytes[4]), Contains("virtual stage 4 out of range [0, 4)"), invalid_argument);
   CHECK_THROWS_WITH_AS(hp::schedule("x", {.stages = 3, .microbatches = 1}, lists(2)), Contains("2 action lists for p = 3"), invalid_argument);
   CHECK_THROWS_WITH_AS(hp::model_bytes(std::vector<hp::stage_bytes>{}), Contains("no stages"), invalid_argument);
+  CHECK_THROWS_WITH_AS(hp::model_bytes(std::vector<hp::stage_bytes>{{.activations = 4, .kept_for_weight = 5}}),
+                       Contains("keeps kept_for_weight = 5 bytes for the weight half, expected at most its activations (4)"),
+                       invalid_argument);
   auto const two = hp::model_bytes::uniform({.stages = 2, .microbatches = 1}, {});
   CHECK_THROWS_WITH_AS(static_cast<void>(hp::predict_memory(s, two, hp::retention::all{})), Contains("model_bytes has 2 stages, expected p·v = 4"), invalid_argument);
 }

@@ -384,13 +384,11 @@ class executor {
                                    input_of(sl),       view(sl.grad_output), view(sl.grad_input),
                                    view(sl.stash),     view(sl.weight_stash), compute_};
     };
-    auto const backward_finish = [&](action const& a) {
+    auto const drop = [](std::optional<buffer>& b) { release(b); };
+    auto const backward_finish = [&](action const& a) {  // the walk's rule (detail/buffer_walk.hpp)
       slot& sl = slot_of(a.microbatch, a.stage);
-      release(sl.grad_output);
-      release(sl.stash);
-      release(sl.input);
+      detail::release_after_backward<O>(sl, a.kind, shape.is_last(a.stage), drop);
       sl.input_view.reset();
-      if constexpr (O::until_backward) release(sl.output);  // PyTorch's forward cache lets go here
     };
     auto const run_backward = [&](action const& a) {
       if (a.kind == action_kind::backward_input) {
@@ -432,6 +430,7 @@ class executor {
           if constexpr (split_backward_stage<Stage, Stream>)
             stage.backward_weight(weight_args<Stream>{a.microbatch, a.stage, where.chunk_of(a.stage), view(sl.weight_stash), compute_});
           release(sl.weight_stash);
+          detail::release_read<O>(sl, drop);
           break;
         case action_kind::overlapped: {
           action const f = forward_part(a), bw = backward_part(a);

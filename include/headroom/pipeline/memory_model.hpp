@@ -20,11 +20,18 @@
 //                    output − activations − input
 //   backward_input   as backward, plus + weight_stash
 //   backward_weight  − weight_stash
+//
+// A split backward in a framework keeps part of the stash to its weight half
+// (stage_bytes::kept_for_weight, PyTorch's retained autograd graph): backward_input then releases
+// activations − kept_for_weight and backward_weight the rest. Under outputs::kept_until_backward
+// the input half also keeps the input, the output and its gradient for the weight half (PyTorch's
+// backward_state), except the last stage's output, which goes at the input half.
 //   overlapped       the allocations of its forward and its backward, then the releases of both
 //
 // Within one action every allocation happens before any release, so the peak counts them
 // together; a computation's workspace (a framework's temporaries, stage_bytes::workspace) is
-// live while it runs, on top of them, and never held after. Outputs kept under retention::all are still held at the end of the step.
+// live while it runs, on top of them, and never held after (a split backward's halves have their
+// own: stage_bytes::input_workspace, weight_workspace). Outputs kept under retention::all are still held at the end of the step.
 //
 // Under transfers::grouped a run of consecutive transfers is one batch: all its receive
 // allocations, then all its sends' releases (transfer_grouping.hpp); the run's peak is reported
@@ -136,8 +143,23 @@ template <output_retention R, output_lifetime O = outputs::freed_when_sent, tran
       grow[b.allocated_at] = sum(grow[b.allocated_at], n, r, "live bytes");
       shrink[b.released_at] = sum(shrink[b.released_at], n, r, "live bytes");
     }
-    std::int64_t live = 0;
     auto const list = s.actions(r);
+    // kept_for_weight: that part of a stash goes at the weight half instead of the input half
+    // (a framework's autograd graph: no buffer of the walk, like a workspace).
+    std::vector<std::size_t> point_of(list.size(), 0);
+    for (std::size_t t = 0; t < w.points.size(); ++t) point_of[w.points[t].action] = t;
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      action const& in = list[i];
+      if (in.kind != action_kind::backward_input) continue;
+      auto const kept = as_int(bytes.at(in.stage, in.microbatch).kept_for_weight);
+      for (std::size_t j = i + 1; kept != 0 && j < list.size(); ++j)
+        if (list[j].kind == action_kind::backward_weight && list[j].stage == in.stage && list[j].microbatch == in.microbatch) {
+          shrink[point_of[i]] -= kept;  // <= the stash released there (model_bytes checks it)
+          shrink[point_of[j]] = sum(shrink[point_of[j]], kept, r, "released bytes");
+          break;
+        }
+    }
+    std::int64_t live = 0;
     for (std::size_t t = 0; t < w.points.size(); ++t) {
       live = sum(live, grow[t], r, "live bytes");
       // A computation's own temporaries (workspace) are live only while it runs (a point of
@@ -146,7 +168,12 @@ template <output_retention R, output_lifetime O = outputs::freed_when_sent, tran
       std::int64_t transient = 0;
       for (action const& part : a.kind == action_kind::overlapped ? std::array{forward_part(a), backward_part(a)}
                                                                    : std::array{a, a})
-        if (is_compute(part.kind)) transient = std::max(transient, as_int(bytes.at(part.stage, part.microbatch).workspace));
+        if (is_compute(part.kind)) {
+          auto const& b = bytes.at(part.stage, part.microbatch);
+          transient = std::max(transient, as_int(part.kind == action_kind::backward_input    ? b.input_workspace
+                                                 : part.kind == action_kind::backward_weight ? b.weight_workspace
+                                                                                             : b.workspace));
+        }
       if (std::int64_t const during = sum(live, transient, r, "live bytes"); during > m.peak) {
         m.peak = during;
         m.peak_action = w.points[t].action;

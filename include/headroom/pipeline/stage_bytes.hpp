@@ -15,6 +15,17 @@
 //                 framework's temporaries: the loss's softmax gradient, kernel workspaces): never
 //                 held, added to the live bytes while the computation runs; 0 for headroom's
 //                 executor, which allocates none
+//   kept_for_weight  the part of `activations` a split backward keeps from its input half (I) to
+//                 its weight half (W) rather than releasing it at I: a framework's autograd
+//                 graph, which the weight gradients read (PyTorch's stage_backward_input retains
+//                 the graph below the weight nodes; its stage 0 runs the whole backward at W, so
+//                 there it is all of `activations`). At most `activations`; counted by
+//                 predict_memory, 0 for headroom's executor, whose I releases the whole stash
+//   input_workspace, weight_workspace  the workspace of a split backward's input half (I) and
+//                 weight half (W): what each allocates and frees within itself beyond what the
+//                 model holds (I: beyond grad_input and weight_stash); `workspace` is every other
+//                 computation's. A framework's (PyTorch: I's loss-softmax gradient, W's weight-
+//                 gradient temporaries; its W on stage 0 is the whole backward); 0 for the executor
 #include <cstddef>
 #include <ostream>
 #include <utility>
@@ -31,12 +42,18 @@ struct stage_bytes {
   std::size_t weight_stash = 0;
   std::size_t parameters = 0;
   std::size_t workspace = 0;
+  std::size_t kept_for_weight = 0;
+  std::size_t input_workspace = 0;
+  std::size_t weight_workspace = 0;
 
   friend constexpr bool operator==(stage_bytes const&, stage_bytes const&) noexcept = default;
   friend std::ostream& operator<<(std::ostream& os, stage_bytes const& b) {
     os << "{activations " << b.activations << ", output " << b.output << ", weight_stash " << b.weight_stash
        << ", parameters " << b.parameters;
     if (b.workspace != 0) os << ", workspace " << b.workspace;
+    if (b.kept_for_weight != 0) os << ", kept_for_weight " << b.kept_for_weight;
+    if (b.input_workspace != 0) os << ", input_workspace " << b.input_workspace;
+    if (b.weight_workspace != 0) os << ", weight_workspace " << b.weight_workspace;
     return os << "}";
   }
 };
@@ -48,6 +65,10 @@ class model_bytes {
   /// `stages[s]` for every virtual stage s, the same for every micro-batch.
   explicit model_bytes(std::vector<stage_bytes> stages) : stages_(std::move(stages)), stage_count_(stages_.size()) {
     expects(!stages_.empty(), "pipeline::model_bytes: no stages, expected one entry per virtual stage");
+    for (std::size_t i = 0; i < stages_.size(); ++i)
+      expects(stages_[i].kept_for_weight <= stages_[i].activations, "pipeline::model_bytes: entry ", i,
+              " (micro-batch-major when per micro-batch) keeps kept_for_weight = ", stages_[i].kept_for_weight, " bytes for the weight half, expected at most its activations (",
+              stages_[i].activations, "): the part of the stash a split backward keeps");
   }
   /// The same costs on each of the shape's p·v virtual stages.
   [[nodiscard]] static model_bytes uniform(pipeline_shape const& shape, stage_bytes each) {

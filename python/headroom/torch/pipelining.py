@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import weakref
 from typing import Any, Callable, Optional, Sequence
 
 import torch
@@ -124,8 +125,51 @@ def _storage(t: torch.Tensor) -> int:
     return t.untyped_storage()._cdata
 
 
+def _release(live: dict, storage: int) -> None:
+    live[storage] -= 1
+
+
+class _Saved:
+    """What autograd holds for one saved tensor while the measurement runs: a detached alias (a
+    saved output holding itself would make a reference cycle no graph release could break), so
+    the graph dropping it says when autograd lets the storage go."""
+    __slots__ = ("t", "__weakref__")
+
+    def __init__(self, t: torch.Tensor):
+        self.t = t.detach()
+
+
+def _split_backward(module: torch.nn.Module, args: tuple, ys: list, loss: Any, live: dict, saved: dict) -> tuple:
+    """(kept_for_weight, weight_stash) of one stage as torch's split backward holds them: the
+    stage's input half (``stage_backward_input``, as ``PipelineStage.backward_one_chunk`` calls it),
+    then what it keeps for the weight half: the saved storages its retained graph still holds
+    (``live``: storage -> live holders) and the gradients it stashed at the weight nodes
+    (``param_groups``), each storage once, less the input, output and output gradient."""
+    from torch.distributed.pipelining._backward import stage_backward_input
+    if loss is not None:
+        roots, grads = (loss,), None
+    else:
+        roots, grads = tuple(ys), [torch.ones_like(t) for t in ys]
+    inputs = [a for a in args if isinstance(a, torch.Tensor)]
+    _, param_groups = stage_backward_input(roots, grads, inputs, module.parameters())
+    for t in ys:  # the stage detaches the last stage's output after the input half
+        if not t._is_view():
+            t.detach_()
+    del roots, loss
+    kept = sum(saved[st] for st, n in live.items() if n > 0 and st in saved)
+    skip = set(saved) | {_storage(t) for t in ys + inputs + (grads or [])} | {_storage(p) for p in module.parameters()}
+    stash: dict = {}
+    for group in param_groups:
+        for grad_tuple in group.get("grads") or ():
+            for g in grad_tuple:
+                if isinstance(g, torch.Tensor) and _storage(g) not in skip:
+                    stash[_storage(g)] = g.untyped_storage().nbytes()
+    return kept, sum(stash.values())
+
+
 def stage_bytes(modules: Sequence[torch.nn.Module], example: Any, *, loss_fn: Optional[Callable] = None,
-                target: Any = None, parameters: Optional[Sequence[int]] = None) -> list:
+                target: Any = None, parameters: Optional[Sequence[int]] = None,
+                split_backward: Optional[bool] = None) -> list:
     """One ``pipeline.StageBytes`` per virtual stage from one forward of each stage in order
     (stage s + 1 gets stage s's output), on the device the modules and ``example`` are on: the
     meta device measures without memory or compute (``module.to("meta")``, a meta ``example``).
@@ -133,7 +177,13 @@ def stage_bytes(modules: Sequence[torch.nn.Module], example: Any, *, loss_fn: Op
     parameters, the stage's input and its output; on the last stage with ``loss_fn`` and
     ``target``, also what the loss saves. ``output``: the output's bytes. ``parameters``: given
     per stage, or the parameters' bytes and their gradients'. ``example``: stage 0's input (a
-    tensor or a tuple). Temporaries (``workspace``) are allocator-level: measure them on a GPU."""
+    tensor or a tuple). With ``split_backward`` (default: when ``loss_fn`` is given; zero-bubble
+    schedules run a backward as I and W), also what torch's
+    split backward keeps from I to W, from one run of its input half (``stage_backward_input``):
+    ``kept_for_weight``, the activations its retained graph still holds (all of them on stage 0,
+    whose input half torch skips), and ``weight_stash``, the gradients it stashes at the weight
+    nodes (on the last stage the logits' gradient). The last stage needs ``loss_fn`` and ``target``
+    for it. Temporaries (``workspace``) are allocator-level: measure them on a GPU."""
     out = []
     x = example
     for i, module in enumerate(modules):
@@ -142,20 +192,40 @@ def stage_bytes(modules: Sequence[torch.nn.Module], example: Any, *, loss_fn: Op
                      for a in args)
         excluded = {_storage(p) for p in module.parameters()} | {_storage(a) for a in args if isinstance(a, torch.Tensor)}
         saved: dict = {}
+        live: dict = {}
 
-        def pack(t: torch.Tensor) -> torch.Tensor:
-            saved[_storage(t)] = max(saved.get(_storage(t), 0), t.untyped_storage().nbytes())
-            return t
+        def pack(t: torch.Tensor) -> _Saved:
+            st = _storage(t)
+            saved[st] = max(saved.get(st, 0), t.untyped_storage().nbytes())
+            held = _Saved(t)
+            live[st] = live.get(st, 0) + 1
+            weakref.finalize(held, _release, live, st)
+            return held
 
         last = i == len(modules) - 1
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = None
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda held: held.t):
             y = module(*args)
             if last and loss_fn is not None:
-                loss_fn(y, target)
+                loss = loss_fn(y, target)
         ys = [t for t in (y if isinstance(y, tuple) else (y,)) if isinstance(t, torch.Tensor)]
         excluded |= {_storage(t) for t in ys}
+        for st in excluded:
+            saved.pop(st, None)
         params = sum(2 * p.numel() * p.element_size() for p in module.parameters()) if parameters is None else parameters[i]
-        out.append(pipeline.StageBytes(activations=sum(b for st, b in saved.items() if st not in excluded),
-                                       output=sum(t.numel() * t.element_size() for t in ys), parameters=params))
-        x = y
+        activations = sum(saved.values())
+        kept = stash = 0
+        if split_backward is None:
+            split_backward = loss_fn is not None
+        if split_backward and any(t.requires_grad for t in ys):
+            if i == 0:
+                kept = activations  # torch runs stage 0's whole backward at W
+            elif last and loss is None:
+                raise ValueError("stage_bytes(split_backward=True) without loss_fn: expected loss_fn and target, "
+                                 "the last stage's input half starts from the loss")
+            else:
+                kept, stash = _split_backward(module, args, ys, loss if last else None, live, saved)
+        out.append(pipeline.StageBytes(activations=activations, output=sum(t.numel() * t.element_size() for t in ys),
+                                       parameters=params, kept_for_weight=kept, weight_stash=stash))
+        x = y.detach() if isinstance(y, torch.Tensor) else y
     return out

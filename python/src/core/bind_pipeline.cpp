@@ -403,18 +403,29 @@ void bind_pipeline(nb::module_& m) {
       .def(
           "__init__",
           [](stage_bytes* self, int_arg activations, int_arg output, int_arg weight_stash, int_arg parameters,
-             int_arg workspace) {
-            new (self) stage_bytes{as_size(activations, "activations"), as_size(output, "output"),
-                                   as_size(weight_stash, "weight_stash"), as_size(parameters, "parameters"),
-                                   as_size(workspace, "workspace")};
+             int_arg workspace, int_arg kept_for_weight, int_arg input_workspace, int_arg weight_workspace) {
+            stage_bytes const b{as_size(activations, "activations"), as_size(output, "output"),
+                                as_size(weight_stash, "weight_stash"), as_size(parameters, "parameters"),
+                                as_size(workspace, "workspace"), as_size(kept_for_weight, "kept_for_weight"),
+                                as_size(input_workspace, "input_workspace"), as_size(weight_workspace, "weight_workspace")};
+            expects(b.kept_for_weight <= b.activations, "StageBytes: kept_for_weight = ", b.kept_for_weight,
+                    " bytes, expected at most activations = ", b.activations, " (the part of the stash a split backward keeps)");
+            new (self) stage_bytes{b};
           },
           nb::arg("activations") = 0, nb::arg("output") = 0, nb::arg("weight_stash") = 0, nb::arg("parameters") = 0,
-          nb::arg("workspace") = 0)
+          nb::arg("workspace") = 0, nb::arg("kept_for_weight") = 0, nb::arg("input_workspace") = 0,
+          nb::arg("weight_workspace") = 0)
       .def_ro("activations", &stage_bytes::activations)
       .def_ro("output", &stage_bytes::output)
       .def_ro("weight_stash", &stage_bytes::weight_stash)
       .def_ro("parameters", &stage_bytes::parameters)
       .def_ro("workspace", &stage_bytes::workspace, "Temporaries one computation allocates and frees itself.")
+      .def_ro("kept_for_weight", &stage_bytes::kept_for_weight,
+              "The part of activations a split backward keeps from its input half to its weight half.")
+      .def_ro("input_workspace", &stage_bytes::input_workspace,
+              "Temporaries a split backward's input half allocates and frees itself.")
+      .def_ro("weight_workspace", &stage_bytes::weight_workspace,
+              "Temporaries a split backward's weight half allocates and frees itself.")
       .def(nb::self == nb::self)
       .def("__repr__", [](stage_bytes const& b) { return "StageBytes" + printed(b); });
 

@@ -6,9 +6,6 @@ gradients and losses bit-equal to the unpipelined reference. One 4-process world
 """
 import json
 import os
-import socket
-import subprocess
-import sys
 
 import pytest
 
@@ -21,6 +18,8 @@ from headroom.torch import pipelining  # noqa: E402
 
 if not dist.is_available() or not dist.is_gloo_available():
     pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
+
+from _ranks import run_ranks  # noqa: E402
 
 WORKER = os.path.join(os.path.dirname(__file__), "_torch_pipelining_worker.py")
 
@@ -37,29 +36,11 @@ def cases():
     return out
 
 
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     """{case index: [result of group rank r]}: one 4-process gloo world runs every case."""
     out = tmp_path_factory.mktemp("pp")
-    port, spec = str(free_port()), json.dumps(cases())
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    procs = [subprocess.Popen([sys.executable, WORKER, str(r), port, spec, str(out)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(4)]
-    logs = []
-    try:
-        for proc in procs:
-            logs.append(proc.communicate(timeout=300)[0])
-    finally:
-        for proc in procs:
-            proc.kill()
-    for r, proc in enumerate(procs):
-        assert proc.returncode == 0, f"rank {r} exited {proc.returncode}:\n{logs[r][-4000:]}"
+    run_ranks(WORKER, 4, json.dumps(cases()), str(out))
     by_case = {}
     for r in range(4):
         for res in json.load(open(out / f"rank{r}.json")):

@@ -100,3 +100,42 @@ def test_llama_bench_split_equals_the_model_and_measures_on_meta():
         each = sizes if v == 1 else [sizes[0], sizes[1], sizes[1], sizes[1]]
         peaks = pipelining.predict_peaks(s, each, return_outputs=True)
         assert len(peaks) == 2 and all(p > 0 for p in peaks)
+
+
+def test_stage_bytes_measure_torchs_split_backward():
+    """What torch's input half keeps for its weight half, on the meta device: the graph below the
+    weight nodes (ReLU's result, read by the last Linear's weight gradient) and the gradients that
+    reached them; the loss's log-softmax goes at I. Stage 0's input half is skipped: all kept."""
+    d, rows, f = 8, 4, 4
+    mods = [torch.nn.Sequential(torch.nn.Linear(d, 2 * d), torch.nn.Tanh()).to("meta"),
+            torch.nn.Sequential(torch.nn.Linear(2 * d, d), torch.nn.ReLU(), torch.nn.Linear(d, 3)).to("meta")]
+    x = torch.empty(rows, d, device="meta")
+    target = torch.empty(rows, dtype=torch.long, device="meta")
+    sizes = pipelining.stage_bytes(mods, x, loss_fn=torch.nn.functional.cross_entropy, target=target)
+    assert sizes[0].kept_for_weight == sizes[0].activations and sizes[0].weight_stash == 0
+    assert sizes[1].kept_for_weight == rows * d * f                   # ReLU's result
+    assert sizes[1].activations > sizes[1].kept_for_weight           # + the log-softmax, freed at I
+    assert sizes[1].weight_stash == rows * 3 * f + rows * d * f     # d(logits) and d(first Linear's output)
+    assert all(b.kept_for_weight == b.weight_stash == 0 for b in pipelining.stage_bytes(mods, x))  # no loss: off
+    with pytest.raises(ValueError, match="without loss_fn"):
+        pipelining.stage_bytes(mods, x, split_backward=True)
+
+
+def test_split_backward_terms_in_the_model():
+    """ZB-H1, p = 2, m = 1: the last stage runs F0 I0 W0. kept_for_weight moves that part of the
+    stash's release from I to W; I and W have their own workspaces; under torch's lifetime the
+    input stays until W."""
+    s = pipeline.schedule("zb_h1", 2, 1)
+    base = dict(activations=1000, output=10)
+    plain = pipelining.predict_memory(s, pipeline.StageBytes(**base), return_outputs=False)
+    # rank 1 at I0: input 10 + output 10 + stash 1000 + grad_input 10 = 1030
+    assert plain.rank(1).peak == 1030
+    split = dict(base, kept_for_weight=600, weight_stash=300, input_workspace=200)
+    kept = pipelining.predict_memory(s, pipeline.StageBytes(**split, weight_workspace=2000), return_outputs=False)
+    # W0: input 10 + kept 600 + weight stash 300 + W's workspace 2000 (I0: 1030 + 300 + 200)
+    assert (kept.rank(1).peak, kept.rank(1).held_at_end) == (10 + 600 + 300 + 2000, 0)
+    kept = pipelining.predict_memory(s, pipeline.StageBytes(**split, workspace=5000), return_outputs=False)
+    assert kept.rank(1).peak == 1020 + 5000  # at F0; I0 (1530) and W0 (910) have their own workspaces
+    assert pipelining.predict_memory(s, pipeline.StageBytes(**split), return_outputs=False).rank(1).peak == 1530
+    with pytest.raises(headroom.invalid_argument, match="kept_for_weight = 2000 bytes, expected at most activations = 1000"):
+        pipeline.StageBytes(**base, kept_for_weight=2000)

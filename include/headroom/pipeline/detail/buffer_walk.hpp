@@ -63,6 +63,28 @@ struct rank_walk {
 
 inline constexpr std::uint64_t max_walk_bytes = static_cast<std::uint64_t>(INT64_MAX / 4);
 
+// The releases after a backward, one rule for the walk and the executor (whose slots hold buffer
+// ids and buffers): the stash, then what the backward reads besides it (its input, its output's
+// gradient, and under kept_until_backward its output). Under kept_until_backward a split
+// backward's input half keeps those for its weight half (PyTorch's backward_state holds the
+// input, the output and its gradient), except the last stage's output, which goes at the input
+// half; backward_weight then calls release_read.
+template <class O, class Slot, class Release>
+void release_read(Slot& sl, Release&& release) {
+  release(sl.grad_output);
+  release(sl.input);
+  if constexpr (O::until_backward) release(sl.output);
+}
+template <class O, class Slot, class Release>
+void release_after_backward(Slot& sl, action_kind kind, bool last_stage, Release&& release) {
+  release(sl.stash);
+  if (O::until_backward && kind == action_kind::backward_input) {
+    if (last_stage) release(sl.output);
+  } else {
+    release_read<O>(sl, release);
+  }
+}
+
 template <class R, class O, class T>
 [[nodiscard]] rank_walk walk_rank(schedule const& s, model_bytes const& bytes, int r, char const* who) {
   auto const& shape = s.shape();
@@ -129,11 +151,7 @@ template <class R, class O, class T>
       sl.weight_stash = allocate(buffer_role::weight_stash, a, bytes.at(a.stage, a.microbatch).weight_stash);
   };
   auto const backward_finish = [&](action const& a) {
-    slot& sl = slot_of(a.microbatch, a.stage);
-    release(sl.grad_output);
-    release(sl.stash);
-    release(sl.input);
-    if constexpr (O::until_backward) release(sl.output);
+    release_after_backward<O>(slot_of(a.microbatch, a.stage), a.kind, shape.is_last(a.stage), release);
   };
 
   auto const list = s.actions(r);
@@ -170,7 +188,12 @@ template <class R, class O, class T>
         backward_prepare(a);
         backward_finish(a);
         break;
-      case action_kind::backward_weight: release(slot_of(a.microbatch, a.stage).weight_stash); break;
+      case action_kind::backward_weight: {
+        slot& sl = slot_of(a.microbatch, a.stage);
+        release(sl.weight_stash);
+        release_read<O>(sl, release);  // held since the input half under kept_until_backward, else already gone
+        break;
+      }
       case action_kind::overlapped: {
         action const f = forward_part(a), bw = backward_part(a);
         forward_prepare(f);
