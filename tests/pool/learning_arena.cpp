@@ -196,7 +196,7 @@ TEST_CASE("learning_arena: requests the plan does not hold fall back by reason; 
 }
 
 TEST_CASE("learning_arena: after replan() every step seen so far is served again without fallback, within max") {
-  // Issue 33: only steps with a fallback were kept, so a step served well before a replan could
+  // Before: only steps with a fallback were kept, so a step served well before a replan could
   // fall back after it. Random unit orders (one step in two), prefetch, recompute, accumulation,
   // eval steps; 6 steps a seed, replan(), then every step again.
   std::size_t max_infeasible = 0, replay_won = 0, interval_runs = 0, kept = 0;

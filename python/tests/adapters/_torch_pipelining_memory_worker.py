@@ -9,7 +9,7 @@ max_memory_allocated) is set against headroom.torch.pipelining.predict_peaks.
 Writes OUT_DIR/rank{RANK}.json: one {"kind", "m", "return_outputs", "stages", "measured",
 "predicted", "predicted_no_split"} per case; "predicted_no_split" is the prediction from sizes
 with the split backward's terms at 0 (kept_for_weight, weight_stash, input_workspace,
-weight_workspace: none of them was measured before issue 35).
+weight_workspace: what the model counted before it followed torch's split backward).
 """
 import copy
 import importlib.util

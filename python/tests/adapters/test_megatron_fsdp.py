@@ -232,7 +232,7 @@ def test_gradient_accumulation_and_an_eval_step_run_from_the_arena():
 def test_random_orders_never_overlap_and_replan_takes_them_in(planner, seed):
     """Steps in orders the first step did not show (more units resident, shuffled): held bytes
     never overlap (run_pass checks addresses and data); after replan() every step seen so far runs
-    again without a fallback, for every planner (the trace keeps each distinct step, issue 33)."""
+    again without a fallback, for every planner (the trace keeps each distinct step)."""
     rng = random.Random(seed)
     groups = [group([rng.choice([16, 200, 1000])], unit=u) for u in range(rng.randint(3, 8))]
     units = list(units_of(groups))

@@ -3,7 +3,7 @@ gloo processes run a small transformers Llama (bench/pipeline_torch_llama.py's s
 Schedule1F1B and headroom's interleaved 1F1B, ZB-H1 and ZBV through the export, m in {2, 4},
 step(return_outputs=True | False); each rank's peak of live CPU tensor bytes over one step (the
 profiler's allocation events) equals the prediction within TOLERANCE. The prediction without what
-torch's split backward keeps from I to W (issue 35: kept_for_weight, weight_stash, and the input,
+torch's split backward keeps from I to W (kept_for_weight, weight_stash, and the input,
 output and output gradient the input half keeps) misses it on the zero-bubble schedules.
 """
 import json
