@@ -157,9 +157,9 @@ def autograd_floor_us(args, x, rows):
 
 def ops_kind():
     """Which implementation torch.ops.headroom.cp_split is."""
-    from headroom.torch import cp as hcp
+    from headroom.torch import _cp_ops
 
-    return ("C++ ops of headroom._torch_ops (stable ABI)" if hcp._torch_ops is not None
+    return ("C++ ops of headroom._torch_ops (stable ABI)" if _cp_ops._torch_ops is not None
             else "Python custom ops (headroom._torch_ops not built)")
 
 

@@ -17,6 +17,43 @@ from headroom.torch import te
 
 from _cp_cases import random_padded_cu, random_tensor
 
+# ---- headroom.torch's modules use cp's public surface only --------------------------------------------------
+
+
+def test_torch_modules_use_only_public_names_of_cp():
+    # cp.py is the public surface, _cp_*.py its private machinery: no other module of headroom.torch
+    # (te.py, areal.py, ...) imports a private name of cp or a _cp_ module, and each file stays small.
+    import ast
+    import pathlib
+
+    from headroom.torch import cp
+
+    root = pathlib.Path(cp.__file__).parent
+    for path in sorted(root.glob("*.py")):
+        source = path.read_text()
+        if path.name == "cp.py" or path.name.startswith("_cp_"):
+            assert source.count("\n") <= 450, f"{path.name}: {source.count(chr(10))} lines, expected at most 450"
+            continue
+        cp_names = set()  # names bound to the cp module: `from . import cp`, `import headroom.torch.cp as x`
+        for node in ast.walk(ast.parse(source, str(path))):
+            if isinstance(node, ast.ImportFrom):
+                module = node.module or ""
+                assert not module.split(".")[-1].startswith("_cp_"), f"{path.name} imports {module}"
+                if module in ("cp", "headroom.torch.cp"):
+                    for alias in node.names:
+                        assert alias.name in cp.__all__, f"{path.name} imports {alias.name} from headroom.torch.cp"
+                if module in ("", "headroom.torch"):
+                    for alias in node.names:
+                        assert not alias.name.startswith("_cp_"), f"{path.name} imports {alias.name}"
+                        if alias.name == "cp":
+                            cp_names.add(alias.asname or "cp")
+            elif isinstance(node, ast.Import):
+                cp_names.update(a.asname for a in node.names if a.name == "headroom.torch.cp" and a.asname)
+        for node in ast.walk(ast.parse(source, str(path))):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in cp_names:
+                assert not node.attr.startswith("_"), f"{path.name} uses {node.value.id}.{node.attr}"
+
+
 # ---- TransformerEngine ----------------------------------------------------------------------------------
 
 

@@ -8,14 +8,14 @@ import pytest
 import torch
 
 import headroom
-from headroom.torch import cp
+from headroom.torch import _cp_ops, _cp_plans, cp
 
 from _cp_cases import DTYPES, GATHER_INDEX, PADDED_CU, RANK_ROWS, random_padded_cu, random_raw_cu, random_tensor
 
 ops = torch.ops.headroom
 # The C++ ops of headroom._torch_ops raise RuntimeError with headroom's message (the dispatcher does
 # not keep the class across the stable ABI); the Python ops raise headroom.invalid_argument.
-OP_ERROR = RuntimeError if cp._torch_ops is not None else headroom.invalid_argument
+OP_ERROR = RuntimeError if _cp_ops._torch_ops is not None else headroom.invalid_argument
 
 
 def _all_ranks(part):
@@ -321,7 +321,7 @@ def test_eager_path_equals_dispatcher():
 
 def test_pad_value_bytes_for_every_dtype():
     # The CUDA path passes the pad value to the kernel as one element's bytes.
-    from headroom.torch.cp import _element_bytes
+    from headroom.torch._cp_ops import _element_bytes
 
     for dtype in DTYPES:
         value = torch.tensor(1.5 if dtype.is_floating_point or dtype.is_complex else 1, dtype=dtype)
@@ -333,7 +333,7 @@ def test_pad_value_bytes_for_every_dtype():
 
 def test_pad_fill_is_cached_per_value_and_dtype():
     # The CUDA path builds a pad value's bytes once per (value, dtype), not per call.
-    from headroom.torch.cp import _element_bytes, _fill, _fill_bytes
+    from headroom.torch._cp_ops import _element_bytes, _fill, _fill_bytes
 
     for dtype in (torch.bfloat16, torch.float32, torch.int64, torch.int8, torch.bool):
         for value in (0.0, 1.0, -1.0):
@@ -359,7 +359,7 @@ def test_pad_split_mostly_pads():
 
 def test_cpu_path_needs_no_cuda_module(monkeypatch):
     # CPU tensors use headroom._core's index plans only: a package built without nvcc runs them.
-    monkeypatch.setattr(cp, "_cuda", None)
+    monkeypatch.setattr(_cp_plans, "_cuda", None)
     p = cp.Partition.from_raw([0, 5, 12], 2, 1)
     ids = torch.arange(12)
     assert torch.equal(p.pad_split(ids, -1), p.split(cp.Partition([0, 8, 16], 2, 0).split_adjoint(

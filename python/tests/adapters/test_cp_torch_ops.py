@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from headroom.torch import cp
+from headroom.torch import _cp_ops, cp
 
 from _cp_cases import DTYPES, random_padded_cu, random_tensor
 
@@ -21,10 +21,10 @@ NAMES = ("cp_split", "cp_split_adjoint", "cp_to_sequence_order", "cp_to_rank_ord
 @pytest.mark.parametrize("name", NAMES)
 def test_the_ops_are_registered_from_cpp(name):
     dump = torch._C._dispatch_dump(f"headroom::{name}")
-    # Schema and the CPU kernel from ops.cpp; the fake kernel and autograd from headroom.torch.cp.
+    # Schema and the CPU kernel from ops.cpp; the fake kernel and autograd from headroom.torch._cp_ops.
     assert "ops.cpp" in dump and "CPU" in dump, dump
     assert "Autograd" in dump, dump
-    assert cp._CPP_OPS == NAMES
+    assert _cp_ops._CPP_OPS == NAMES
 
 
 def _cases(dtype):
@@ -53,8 +53,8 @@ def test_opcheck_every_element_size(dtype):
 def test_bytes_equal_the_python_implementation(layout, cp_size):
     rng = random.Random(cp_size)
     gen = torch.Generator().manual_seed(cp_size)
-    impls = {"cp_split": cp._split_impl, "cp_split_adjoint": cp._split_adjoint_impl,
-             "cp_to_sequence_order": cp._to_sequence_order_impl, "cp_to_rank_order": cp._to_rank_order_impl}
+    impls = {"cp_split": _cp_ops._split_impl, "cp_split_adjoint": _cp_ops._split_adjoint_impl,
+             "cp_to_sequence_order": _cp_ops._to_sequence_order_impl, "cp_to_rank_order": _cp_ops._to_rank_order_impl}
     for trial in range(4):
         cu = torch.tensor(random_padded_cu(rng, rng.randint(1, 6), cp_size), dtype=torch.int64)
         rank = rng.randrange(cp_size)
