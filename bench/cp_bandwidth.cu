@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Bandwidth of cp::cuda::split and of gather's reorder (to_sequence_order) on one GPU, against
 // peers in the same run:
 //   memcpy    cudaMemcpyAsync device-to-device of the same bytes: the ceiling (target >= 90%)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // headroom: needs 2 GPUs
 // Peak device memory of the last pipeline stage on 2 GPUs (cp = 2) under each gather_output
 // policy, for logits-sized tensors ([T, 151,936] bf16, Qwen's vocabulary; AReaL's PR #1223, which

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """PyTorch peer of bench_cp_bandwidth: what engines run today for the CP split and for the
 reorder after the all-gather, with the indices precomputed (Megatron's partition_index /
 inverse_gather_perm, AReaL's reassemble indices): torch.index_select(x, 0, idx, out=out).

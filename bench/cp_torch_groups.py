@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 # headroom: needs 4 GPUs
 """headroom.torch.cp over torch.distributed groups: 4 processes (cuda:0..3, the nccl backend) as
 one CP group of 4, as two CP groups of 2 carved from the world with dist.new_group (cp = 2 x

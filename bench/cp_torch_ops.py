@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """headroom.torch.cp's custom ops on one GPU against the same kernels called raw, PyTorch's
 index_select with TE-style index tensors, and a device copy, in one run.
 

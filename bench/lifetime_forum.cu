@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // headroom: needs 2 GPUs
 // The PyTorch forum case on 2 GPUs (dev-discuss.pytorch.org, "FSDP & CUDACachingAllocator: an
 // outsider newb perspective", and PyTorch PR #76861 on record_stream): tensor-parallel

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 # headroom: needs 2 GPUs
 """PyTorch peer of bench_lifetime_forum: the same forum case with PyTorch's caching allocator.
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Plots the memory trace of bench_lifetime_forum (and optionally bench/lifetime_forum.py).
 
     python3 bench/lifetime_plot.py [TRACE.csv [OUT.png]] [--rank R] [--torch TORCH_TRACE.csv]

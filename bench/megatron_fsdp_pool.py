@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Megatron-FSDP's double buffers under Megatron's MaxPoolAllocator and under headroom's
 PoolAllocator (headroom.torch.megatron_fsdp, planners max, by_bytes, interval), on the real
 package: one small hybrid model whose FSDP units repeat heavy, light, light (H,L,L,H,L,L,...;

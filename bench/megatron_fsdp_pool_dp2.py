@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 # headroom: needs 2 GPUs
 """bench/megatron_fsdp_pool.py at data-parallel size 2 (one process per GPU, NCCL): the weights
 are sharded, so Megatron-FSDP's parameter pools are exercised as well as its gradient pools.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 # headroom: needs 2 GPUs
 """Megatron-FSDP's MaxPool against headroom's planners on transformers' NemotronH.
 

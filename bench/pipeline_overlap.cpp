@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // How much of the pipeline's overlap the executor keeps: the step time of one schedule's compute
 // order under three ways of running its transfers, against the dataflow ideal of the same order
 // (every computation starts as soon as its rank is free and its input has arrived).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The discrete-event model of bench/pipeline_overlap.cpp, shared with bench/pipeline_overlap_nccl.cu:
 // per-action costs in time units, the step time of a schedule's action lists with its transfers

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // headroom: needs 2 GPUs
 // The overlapped pipeline executor on NCCL, p = --stages (default 2): one process drives p GPUs
 // (one host thread each, nccl::launch_per_device's in-process bootstrap), every computation a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // headroom: needs 2 GPUs
 // A GPU reproduction of the torchtitan field report (discuss.pytorch.org, "Question about GPU
 // memory usage when using pipeline parallelism training under larger micro-batch count",

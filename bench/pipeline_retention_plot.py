@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Plots peak memory against the micro-batch count for bench_pipeline_retention and its PyTorch
 peer (bench/pipeline_retention_torch.py): one panel per pipeline stage and series (a fixed global
 batch; a fixed micro-batch, the PyTorch rows belong to the first), one line per retention policy (headroom all / reduced / none, PyTorch return_outputs True / False); headroom's measured

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 # headroom: needs 2 GPUs
 """PyTorch peer of bench_pipeline_retention: the same toy LM on 2 GPUs with
 torch.distributed.pipelining Schedule1F1B, step(..., return_outputs=True) (PyTorch's default:

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 # headroom: needs 2 GPUs
 """headroom's prediction of a torch pipeline run against its measured peak, on transformers'
 LlamaForCausalLM (a small config with Llama-3's vocabulary, 128256) on 2 GPUs (or DP2 x PP2 on 4).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host cost of getting and returning a unit's buffers over a training-step trace: forward then
 // backward over all units, one unit prefetched (acquire u+1, then release u). Peers run the same
 // trace with the same padded bucket sizes, in the same run:

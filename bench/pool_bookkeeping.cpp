@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The unit pool's own host cost per acquire + release pair, with the stream-ordering calls taken
 // out: the same training-step trace as bench_pool_acquire (forward then backward, one unit
 // prefetched), on streams that have an identity (so two streams make the pool track and wait)

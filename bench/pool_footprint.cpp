@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Footprint of fixed-address pools for real hybrid models (the Nemotron-H / Nano / Super and
 // other hybrid families of pool/models.hpp): the arena each planner asks for, the bytes it
 // leaves to a fallback (dynamic: no NCCL registration, no CUDA graphs; or persistent: full

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """MaxPool as planned against what Megatron-FSDP holds at run time, on headroom's model presets.
 
 Megatron-FSDP plans MaxPool as `max_dtype_bucket_sizes` x buffers, but its `MaxPoolAllocator`

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """PyTorch peers of bench_pool_acquire: host time per get + return of a unit's buffers over the
 same training-step trace (forward then backward over all units, one unit prefetched), for the
 allocators Megatron-FSDP uses when a unit has no pool slot (its fallback allocators):

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // headroom: needs 2 GPUs
 // Latency of stats::reducer::max across 2 GPUs (NCCL), against the peers in the same run
 // (Megatron-Bridge PR #3645, github.com/NVIDIA-NeMo/Megatron-Bridge/pull/3645, stacks the report

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 # headroom: needs 2 GPUs
 """PyTorch peers of bench_stats_reduce (C++): latency of reducing a memory report across 2 GPUs
 (one process per GPU, NCCL), measured the same way: medians after warm-up, host wall clock

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 # headroom: needs 2 GPUs
 """headroom.torch.stats over NCCL: a bad value on one rank raises on every rank (and how long that
 takes on the others), type agreement after the steady state, exact max / gather with the rank

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Memory snapshots of the seeds' two problems, recorded from C++ on 2 GPUs with trace/ and
 // written in PyTorch's memory_viz format (one file per rank, dp coordinate = rank). On one GPU the
 // forum cases run on a one-rank communicator (the all-reduce still runs on the communication

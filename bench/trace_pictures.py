@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Renders memory_viz snapshots to PNG in the style of the viewer's Active Memory Timeline.
 
     python3 bench/trace_pictures.py [DIR] [--png-dir PNG_DIR]

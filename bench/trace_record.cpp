@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Cost of recording allocator events on the host (trace/recorder.hpp), against the target of
 // 15 ns an event (timestamps on) and two threads at most 1.5x one thread.
 //

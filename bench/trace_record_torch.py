@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """PyTorch's allocator recorder against headroom's, on the same host in the same run.
 
     python3 bench/trace_record_torch.py [events]

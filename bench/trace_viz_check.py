@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """PyTorch's own memory_viz tools on headroom's snapshots (run on the GPU machine).
 
     python3 bench/trace_viz_check.py [DIR...]

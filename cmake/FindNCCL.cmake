@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # FindNCCL
 # --------
 # Finds the NVIDIA Collective Communications Library. NCCL ships no CMake package; it is often

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # headroom_cuda_std20(<target> [BUILD_INTERFACE])
 # Makes CUDA sources that link <target> compile as C++20. CMake learned nvcc's C++20 flag only
 # in 3.26 (3.25.1 fails on cuda_std_20 / CUDA_STANDARD 20), so older CMake gets -std=c++20

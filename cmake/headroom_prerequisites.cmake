@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Included by CMakeLists.txt before project(), so that on a fresh machine the first thing
 # configure prints is what is missing and the one line that installs it: the line README.md's
 # "Try it" starts with (.ci/run checks that the two agree). Checks only what a top-level

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Build rules for headroom's own programs: tests, examples, the demo and benchmarks.
 # Files are discovered by glob (docs/CONTRIBUTING.md), so adding a file needs no CMake edit:
 #

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Communication buffers that do not hold memory back: the PyTorch forum's tensor-parallel model
 // (dev-discuss.pytorch.org, "FSDP & CUDACachingAllocator: an outsider newb perspective") written
 // with lifetime guards. Copy the loop in

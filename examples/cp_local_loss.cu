@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CP-local loss on a packed batch (the path AReaL PR #1223 took to stop gathering logits), with
 // headroom::cp:
 //   1. pad the raw packed batch for the CP layout (query first: print the padding/partition),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // FSDP double buffering with a fixed-address pool: an all-gather stream un-shards the
 // parameters of unit u+1 into leased slots while the compute stream runs unit u, across the
 // units of a hybrid model (Mamba + MLP + attention), forward then backward.

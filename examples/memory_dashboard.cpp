@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // memory_dashboard: the writer-rank pattern for memory dashboards.
 //
 // Megatron writes TensorBoard from the last rank, but under 1F1B the memory peak sits on the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // headroom: needs 2 GPUs
 // pipeline_memory: every pipeline stage reports its device memory; the writer (the last stage, as
 // in Megatron) logs the max across the pipeline group, gathered in ONE collective.

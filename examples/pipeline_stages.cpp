@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A model's pipeline stages on thread ranks with the host executor: four ranks each hold one
 // dense + tanh layer, eight micro-batches go through them per step, and a few SGD steps train
 // the model. The executor allocates every activation, stash and gradient from the resource it

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A model whose layers differ in shape (attention, Mamba, MoE) gets one arena at fixed
 // addresses: planned from the units' buckets before a byte is allocated, then each unit's
 // buffers are leased in the order the step runs, one unit prefetched. Host memory here; on a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Compiled and linked only: proves headroom::cuda brings the CUDA runtime and CCCL.
 #include <cuda/std/span>
 #include <cuda_runtime.h>

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 # headroom: needs 2 GPUs
 """tools/gpu-stress's control: bench/cp_torch_gather_nccl.py's process layout and collectives
 with torch only (headroom is never imported). Two processes (mp.spawn, cuda:0 and cuda:1, NCCL

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cp: packed-sequence context parallelism on the host substrate. docs/cp.md's worked example
 // split, labelled and masked; a 4-rank thread_group gathering random packed batches back; the
 // memory each gather_output policy would need at 128K tokens of Qwen logits, asked before

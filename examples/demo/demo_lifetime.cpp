@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // lifetime: the forum case (all-reduce of each layer's output on a comm stream) on the manual
 // substrate, whose device lags the host until told to advance. The same loop runs with each
 // release policy; the table shows what each one costs: memory held back, or host waits.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // demo_pipeline: a pipeline step on four thread ranks. The schedule is printed as a timeline;
 // the memory model predicts each stage's peak before the step, and the executor's counters
 // measure it, once keeping every micro-batch's logits on the last stage (retention::all,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pool: fixed, max and interval planning of a real hybrid model, then a pool driving its units.
 #include <cstddef>
 #include <cstdint>

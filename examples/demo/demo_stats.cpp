@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // demo_stats: the dashboard blind spot of pipeline parallelism, and its fix in one collective.
 // Four pipeline stages run as thread ranks; under 1F1B the first stage keeps the most
 // micro-batches in flight, so it holds the memory peak, while the dashboard writer is the last.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The host substrate: four ranks as threads of this process, running every collective and a
 // point-to-point ring on real data. Each result is checked on every rank against a value
 // computed here, without the communicator.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // demo_trace: a small host "training loop" recorded at step 1 only, written as a memory_viz
 // snapshot (open it at https://pytorch.org/memory_viz) and as an SVG timeline.
 // Per step: a pool arena (one segment) holds two layers' weights as leases; activations come

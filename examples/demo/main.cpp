@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // headroom-demo: shows each module at work on real data and checks the results.
 // Exits non-zero when any check fails. Each module adds one line below (docs/CONTRIBUTING.md).
 #include "printer.hpp"

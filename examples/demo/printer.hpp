@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Output helpers for headroom-demo: sections, indented lines, aligned tables, and a tally of
 // checks so that the demo exits non-zero when any check fails.

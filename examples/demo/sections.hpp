@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // One function per module, each in demo_<module>.cpp and called once from main.cpp.
 #include "printer.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // headroom core: concepts (stream, event, resource, communicator), errors, byte sizes, dtype tags.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // headroom::cuda — the CUDA substrate: stream and event views, device, pinned and stream-ordered

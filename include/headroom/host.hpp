@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // headroom::host — the host substrate: inline stream and event, aligned resource, thread_group

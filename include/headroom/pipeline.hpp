@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // headroom::pipeline: pipeline-parallel schedules (GPipe, 1F1B, interleaved 1F1B, ZB-H1) as

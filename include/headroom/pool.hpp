@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // headroom::pool — workloads, execution orders, planners (fixed, max, interval) and plans (pure),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // headroom::trace — allocation history at chosen steps, written as PyTorch memory_viz

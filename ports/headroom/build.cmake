@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The part of the port that both portfiles share: given SOURCE_PATH (this checkout, or the
 # release sources), configure with the features, install, and ship the license and usage.
 

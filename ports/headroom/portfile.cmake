@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Overlay port that installs headroom from this source tree (the checkout that holds ports/):
 #   vcpkg install "headroom[cuda,nccl,mpi]" --overlay-ports=<checkout>/ports
 # vcpkg's ABI hash does not see edits to the source tree: `vcpkg remove headroom` to reinstall.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Release variant of portfile.cmake: takes the sources of tag v${VERSION} from GitHub.
 # To publish: set HEADROOM_REPO to the real owner/name, copy this file over portfile.cmake in
 # the registry's ports/headroom/ (beside build.cmake, usage and vcpkg.json), run

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """headroom: memory-aware parallel primitives for GPU training engines.
 
 The C++ headers are the product; this package is a thin layer over them (``headroom._core``),

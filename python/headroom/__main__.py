@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """python -m headroom: print the pool plan of a model preset.
 
     python -m headroom --list

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """headroom.cp: context-parallel split of packed (THD) sequences, as index plans.
 
 Padding (raw boundaries -> boundaries every layout cuts evenly), partitions in both layouts

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """headroom.pipeline: pipeline-parallel schedules, their validator and memory model.
 
 Schedule generators (gpipe, one_f_one_b, interleaved_1f1b, zb_h1, interleaved_zb, and

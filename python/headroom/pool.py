@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """headroom.pool: fixed-address pools planned before a byte is allocated.
 
 Workloads (units of buckets), execution orders, Megatron-FSDP's fixed / max planners and the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """headroom.stats: memory reports and their exact reduction across ranks.
 
 A report maps key names to exact int64 or float64 values (PyTorch's ``torch.cuda.memory_stats()``

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """headroom.trace: memory_viz snapshots from Python.
 
 A ``Recorder`` takes allocator events (``alloc``, ``free``, ``free_requested``, ``free_completed``,

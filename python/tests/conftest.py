@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Shared fixtures: C++ programs under python/tests/cpp/, built from the same headers as the
 package, so tests can compare what Python computes with what a C++ engine computes."""
 import os

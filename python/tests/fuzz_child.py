@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The child process of test_fuzz_bindings.py (one per batch: a crash kills only it).
 
   fuzz_child.py --values                 the argument recipe names (JSON)

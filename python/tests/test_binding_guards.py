@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Binding defects, one test each: every call below once crashed, hung, took minutes or
 gigabytes, or raised a bare non-headroom error; now each raises a headroom error (or TypeError /
 MemoryError) naming the value, or answers in well under a second."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Every ```python block of README.md and docs/*.md runs as written.
 
 A block runs alone (a fresh namespace, a scratch working directory), so each one is complete. The

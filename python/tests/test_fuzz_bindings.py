@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Property-based fuzzing of every function, constructor, method and property of headroom._core
 and of headroom._cuda's CPU-visible parts (Plan and its properties; launches stop at their checks
 or at the CUDA runtime without a GPU): hypothesis draws batches of calls with extreme and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """pipeline.plan_buffers: the C++ buffer plan from Python (sizes for static receive buffers)."""
 import pytest
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """headroom.pool's lifetime planning from Python: LeaseTrace, plan_lifetimes, LearningArena.
 Every computation is the C++ one; these check the bindings, the names of api33 and that errors
 keep the C++ message."""

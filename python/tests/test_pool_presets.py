@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A plan made in Python for every model preset equals the plan a C++ program makes with the
 headers alone: fingerprint, arena bytes, every bucket's offsets and the printed plan."""
 import json

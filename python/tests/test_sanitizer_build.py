@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The sanitizer build of the extension modules (.ci/run's "Python extensions under ASan + UBSan"
 section) is able to fail: headroom._core built with -DHEADROOM_PYTHON_SANITIZER_SELF_TEST has a
 planted read of freed memory, and AddressSanitizer must stop the process on it, naming it.

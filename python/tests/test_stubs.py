@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The wheel ships typed stubs for every submodule of headroom._core, next to the module."""
 from pathlib import Path
 

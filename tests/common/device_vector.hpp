@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Device buffers for the GPU tests: cudaMalloc'd bytes, poisoned on creation so that a kernel or
 // collective that skips an element is caught by a byte comparison with the expected result.

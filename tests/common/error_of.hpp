@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Catching what a call throws, for tests of bad input: the message of an expected error type,
 // or a marker when the call returned or threw something else. Host-only (no CUDA).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // For GPU tests run under mpiexec, one process per GPU: the world communicator, this rank's GPU
 // and an NCCL communicator over the world, each made on first use and kept to the end of the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // headroom_test::sanitized(): true in a build under AddressSanitizer or ThreadSanitizer (g++ or
 // clang++). Property grids then run a sample of their shapes: instrumented code runs several

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Stream-ordered device buffers for the GPU tests: memory from a cuda::async_resource, filled,
 // uploaded, downloaded and freed in the order of one stream. Unlike device_vector (legacy

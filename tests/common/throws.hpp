@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // throws_with(f, needle): CHECKs that f() throws E (headroom::invalid_argument unless told) with
 // a message that contains `needle`. A function rather than CHECK_THROWS_WITH_AS, because the calls

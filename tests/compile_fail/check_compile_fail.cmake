@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # ctest compile_fail: every snippet tests/<module>/compile_fail/*.cpp is a misuse of a public
 # template that must stop the build with headroom's sentence, not with a bare concept failure.
 #   cmake -DCXX=<compiler> -DINCLUDE_DIR=<repo>/include -DTESTS_DIR=<repo>/tests

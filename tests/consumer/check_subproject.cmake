@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Included by the subdirectory/ and fetchcontent/ parent projects after headroom is added: a
 # core-only parent must find headroom's targets, and headroom must have searched for nothing
 # else (no CUDA compiler probe, no find_package of CUDAToolkit, NCCL or MPI: each of them leaves

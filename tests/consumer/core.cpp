@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Uses only the CUDA-free core: builds and runs anywhere.
 #include <cstdio>
 #include <span>

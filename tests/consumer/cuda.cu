@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Compiled by nvcc against headroom::cuda and headroom::nccl; linked, not run in CI.
 #include <cuda/std/span>
 #include <cuda_runtime.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A host translation unit that includes CCCL: the include path comes from CCCL::CCCL, which
 // headroom::cuda links (CUDA 13 keeps CCCL under include/cccl; old CMake does not add it).
 #include <cuda/std/array>

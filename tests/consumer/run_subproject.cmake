@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # ctest consumer_subdirectory / consumer_fetchcontent: builds and runs the parent project of
 # tests/consumer/<MODE>/ outside the tree, with headroom taken from this checkout.
 #

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The program of the subdirectory/ and fetchcontent/ parent projects (copied in as app.cpp): uses headroom::core (a pool plan) and checks the result.
 #include <cstdio>
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Included by the top CMakeLists.txt with the tests: headroom as a subproject of a core-only
 # parent, through add_subdirectory and through FetchContent (run_subproject.cmake), must find
 # nothing but itself and build the parent's program. Label host; about 10 s each.

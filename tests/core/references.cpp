@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
@@ -18,9 +19,9 @@
 #include <string_view>
 #include <vector>
 
-namespace {
+#include "common/source_tree.hpp"
 
-namespace fs = std::filesystem;
+namespace {
 
 struct hit {
   std::string file;
@@ -89,41 +90,14 @@ std::vector<hit> find_references(std::string const& name, std::string const& tex
   return out;
 }
 
-// What holds no source of the checkout: build trees, virtual environments, caches, git's files.
-bool skipped(fs::path const& relative) {
-  std::string const first = relative.begin()->string();
-  std::string const last = relative.filename().string();
-  return first.starts_with("build") || (first.starts_with(".") && first != ".ci" && first != ".gitignore") ||
-         last == "build" || last == "__pycache__" || last == "node_modules" || last.ends_with(".egg-info");
-}
-
-std::string read(fs::path const& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 }  // namespace
 
 TEST_CASE("no file of the checkout cites what its user does not have") {
-  fs::path const root = HEADROOM_SOURCE_DIR;
   std::vector<hit> hits;
-  int files = 0;
-  for (auto it = fs::recursive_directory_iterator(root); it != fs::recursive_directory_iterator(); ++it) {
-    auto const relative = fs::relative(it->path(), root);
-    if (skipped(relative)) {
-      if (it->is_directory()) it.disable_recursion_pending();
-      continue;
-    }
-    if (it->is_directory()) continue;
-    if (!it->is_regular_file() || it->file_size() > (std::uintmax_t{1} << 20)) continue;
-    std::string const text = read(it->path());
-    if (text.find('\0') != std::string::npos) continue;  // binary (images, corpora)
-    ++files;
-    auto const found = find_references(relative.generic_string(), text);
+  int const files = headroom_test::for_each_source_text(HEADROOM_SOURCE_DIR, [&](std::string const& name, std::string const& text) {
+    auto const found = find_references(name, text);
     hits.insert(hits.end(), found.begin(), found.end());
-  }
+  });
   CHECK(files > 300);  // the walk reached the sources
   for (auto const& h : hits)
     FAIL_CHECK(h.file << ":" << h.line << ": '" << describe(h.pattern)
@@ -141,8 +115,8 @@ TEST_CASE("the reference check catches each pattern, in any case, and allows onl
   CHECK(find_references(".ci/run", std::string("../") + "shared/tools/vcpkg").empty());
   CHECK(find_references(".ci/run", std::string("issue") + " 8").size() == 1);
   CHECK(find_references("tools/x", std::string("../") + "shared/tools/vcpkg").size() == 1);
-  for (char const* p : {"build/test", ".git", "python/headroom/__pycache__"}) CHECK_MESSAGE(skipped(p), p);
-  for (char const* p : {".ci/run", "docs/pool.md", "include/headroom/core.hpp"}) CHECK_MESSAGE(!skipped(p), p);
+  for (char const* p : {"build/test", ".git", "python/headroom/__pycache__"}) CHECK_MESSAGE(headroom_test::skipped_in_tree(p), p);
+  for (char const* p : {".ci/run", "docs/pool.md", "include/headroom/core.hpp"}) CHECK_MESSAGE(!headroom_test::skipped_in_tree(p), p);
   // Public trackers, named by project, pass.
   CHECK(find_references("docs/x.md", "AReaL PR #1223, PyTorch issue #159251, verl #5983").empty());
 }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The cp GPU tests' names for the shared device buffers (tests/common/device_vector.hpp, where
 // the legacy-stream ordering rule is kept).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The cp kernel tests, compiled twice: kernels.cu as shipped (split and to_sequence_order take
 // the runs kernel where it applies), kernels_general.cu with HEADROOM_CP_ROW_RUNS=0 (every op on

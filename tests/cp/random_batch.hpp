@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Random packed batches for the cp tests: raw lengths (empty sequences included), padding for
 // a layout and CP size, and random row data.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Matrix views over host vectors for the cp tests: rows = size / width.
 #include <cstdint>

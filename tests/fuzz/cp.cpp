@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzz target: cp padding, partitions and host ops on arbitrary packed batches.
 //
 // Input: layout, index type, CP size and rank (sometimes out of range), raw cu_seqlens (small

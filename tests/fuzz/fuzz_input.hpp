@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Reading a fuzzer's bytes as typed choices, and failing loudly when an invariant breaks.
 // Shared by every target in tests/fuzz/ (libFuzzer binaries and the corpus replay tests).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzz target: pipeline schedule generators and the schedule validator.
 //
 //   - a shape with a non-positive p, m or v, or a negative group, is an invalid_argument;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzz target: pool planners on arbitrary workloads, then a random acquire / release /
 // can_acquire sequence on the host pool.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Replays inputs through a fuzz target without libFuzzer, so every compiler and sanitizer
 // preset runs the seed corpus (and any crash file given on the command line) as a plain test.
 //

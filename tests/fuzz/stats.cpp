@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzz target: the stats wire format (order keys, max / gather headers and payloads) and the
 // reducers on 1- and 3-rank thread groups.
 //

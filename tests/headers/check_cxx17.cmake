@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # ctest headers_cxx17: a translation unit compiled as C++17 that includes headroom gets one
 # message naming the flag (the #error of headroom/core/require_cxx20.hpp) and nothing else but
 # the stop that follows it; and every public header includes that check first, so it holds

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # ctest headers_umbrella: headroom/headroom.hpp includes every CUDA-free public header (but those
 # marked "// headroom: included by name") and pulls no CUDA, NCCL or MPI header. The compiler
 # lists what the umbrella really includes (-M), so a header added without an umbrella line, or a

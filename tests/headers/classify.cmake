@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Which substrates a public header needs, from its path under include/ (the layout rule of
 # docs/CONTRIBUTING.md): cuda/, nccl/, mpi/, <module>/cuda/, <module>/cuda.hpp, <module>/mpi.hpp
 # and .cuh files are substrate headers; everything else is CUDA-free. Shared by CMakeLists.txt

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Stand-ins for what an engine already has before it meets headroom: a caching allocator with a
 // malloc/free interface and a byte budget, a process group with a C-style collective API (an

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A release policy that frees without ordering: what a missing wait looks like. The lifetime
 // tests run their race scenarios with it as the control that shows a premature free is caught.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Run as: mpiexec -n 4 test_mpi_mpi_communicator
 // Every rank runs every test case in the same order. Data checks use CHECK (not REQUIRE) so a
 // failing rank keeps issuing the same collectives as the others instead of leaving them waiting.

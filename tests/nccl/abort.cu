@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // headroom: needs 2 GPUs
 // launch_per_device's failure path: a rank throws while its peer waits inside an NCCL
 // collective; the group is aborted, nobody hangs, and the failing rank's exception comes out.

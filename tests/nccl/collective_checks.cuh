@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Shared by tests/nccl/*.cu (not a test itself): every collective of a headroom::nccl
 // communicator checked against a host reference on random data.

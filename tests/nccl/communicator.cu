@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // headroom: needs 2 GPUs
 // One process, two GPUs, one thread per GPU (launch_per_device). Needs 2 CUDA devices.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // headroom: needs 2 GPUs
 // Run as: mpiexec -n 2 test_nccl_mpi_nccl   (one process per GPU; needs 2 CUDA devices)
 // The NCCL unique id travels over MPI; then every collective is checked against a host

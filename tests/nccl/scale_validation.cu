@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // headroom: needs 2 GPUs
 // Scale validation: cp, stats and pool on every visible GPU of one host, one thread per
 // GPU (nccl::launch_per_device over an N-rank world communicator, N = cudaGetDeviceCount >= 2).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A schedule on a user's placement, as a generator tag for the executor and memory-model tests:
 // rank r holds the contiguous block of virtual stages r·v .. r·v + v − 1 (a table neither

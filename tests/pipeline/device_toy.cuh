@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The toy MLP of toy_model.hpp on the GPU, for the NCCL and MPI executor tests: the same stage
 // functions, buffer layout and stage_cost, computed by small kernels that round every product and

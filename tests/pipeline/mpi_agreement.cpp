@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Run as: mpiexec -n 4 test_pipeline_mpi_agreement
 // MPI ranks that disagree on the schedule, and an MPI rank whose callback throws: every rank gets
 // an error, none hangs. Each case runs on its own duplicate of MPI_COMM_WORLD, so what an aborted

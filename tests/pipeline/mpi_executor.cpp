@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Run as: mpiexec -n 4 test_pipeline_mpi_executor
 // The executor over MPI processes (host buffers, MPI_Irecv / MPI_Isend through headroom/pipeline/mpi.hpp): every schedule's
 // gradients and losses are bit-equal to a single-rank run of the same model (toy_model.hpp), each

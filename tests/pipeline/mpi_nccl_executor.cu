@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // headroom: needs 2 GPUs
 // Run as: mpiexec -n 2 test_pipeline_mpi_nccl_executor   (one process per GPU; needs 2 CUDA devices)
 // The pipeline executor across processes: NCCL bootstrapped over MPI, the toy MLP's kernels on

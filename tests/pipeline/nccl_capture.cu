@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // headroom: needs 2 GPUs
 // The executor on a buffer plan over NCCL, one process driving 2 GPUs: a step makes no device
 // allocation (the arena is the only one), and captured in a CUDA graph with its NCCL send / recv

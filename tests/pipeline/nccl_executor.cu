@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // headroom: needs 2 GPUs
 // The pipeline executor over NCCL, one process driving 2 GPUs (one host thread per GPU):
 //   - gradients and losses bit-equal to a single-GPU run of the same kernels, and close to the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A small MLP split into virtual stages, for the executor tests: stage s computes
 // y = tanh(x W_s^T + b_s) on micro-batches of `rows` x `width` floats, the last stage's loss is

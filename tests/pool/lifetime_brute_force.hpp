@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The optimum of a small lifetime packing by exhaustive search, independent of pack_lifetimes'
 // argument: every assignment of aligned offsets below the best arena so far, item by item,

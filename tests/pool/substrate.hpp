@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Test substrate of the pool tests: named streams, events that log record / wait, an upstream
 // that counts and checks its allocations, and small workloads. Include after doctest.

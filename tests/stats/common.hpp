@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Helpers shared by the stats tests: reports drawn from a seed (so every rank can rebuild every
 // other rank's report and compute the expected result locally), a host reference for max, and

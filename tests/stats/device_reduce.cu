@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // headroom: needs 2 GPUs
 // GPU test (2 GPUs, one process): device-resident reports (stats/cuda/device_reducer.hpp).
 // Values written by kernels or stored from host reports, reduced with one all-reduce and no host

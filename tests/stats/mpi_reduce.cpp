@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Run as: mpiexec -n 4 test_stats_mpi_reduce
 // The reducers over the MPI communicator (host buffers, one process per rank). Every rank runs
 // every case in the same order; data checks use CHECK, not REQUIRE, so a failing rank keeps

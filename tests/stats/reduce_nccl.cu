@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // headroom: needs 2 GPUs
 // GPU test (2 GPUs): the reducers over headroom::nccl::communicator, staging through a device
 // workspace, checked against host references on random data; the CUDA sources of memory stats.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Checks memory snapshots the way PyTorch's memory_viz viewer reads them.
 
     python3 tests/trace/check_snapshot.py DIR_OR_FILE... [--any-protocol]

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Opens snapshots in PyTorch's own viewer (MemoryViz.js) in headless Chromium and checks them.
 
     python3 tests/trace/viewer_check.py DIR_OR_FILE... [--screenshots OUTDIR [--only NAME]]

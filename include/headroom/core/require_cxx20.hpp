@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // headroom is C++20. Included first by every headroom header, so that a translation unit compiled
 // as C++17 (the default of many CUDA code bases, and of nvcc without -std) stops here with one

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // A stream is a cheap, copyable view of an ordered queue of work (a CUDA stream, or the

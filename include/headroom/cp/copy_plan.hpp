@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // How a row copy is vectorised: the widest access (16, 8, 4, 2 or 1 bytes) that the row size

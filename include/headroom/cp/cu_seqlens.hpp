@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // cu_seqlens: the cumulative sequence boundaries of a packed (THD) batch, [0, l0, l0+l1, ...].

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // matrix_view: a row-major [rows, width] view of contiguous elements. Every cp op works on rows

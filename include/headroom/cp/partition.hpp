@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // partition: one CP rank's share of a packed, padded batch. Pure (no CUDA, no allocation

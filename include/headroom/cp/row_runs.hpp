@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // A row copy as a few runs of consecutive rows, computed on the host from the partition.

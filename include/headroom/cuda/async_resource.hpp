@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // Stream-ordered device memory from a cudaMemPool_t (cudaMallocFromPoolAsync / cudaFreeAsync).

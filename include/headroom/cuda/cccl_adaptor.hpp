@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // Adapters between headroom resources and CCCL `cuda::mr` resources, both ways.

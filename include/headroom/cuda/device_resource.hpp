@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // cudaMalloc / cudaFree as a stream_resource. Not stream-ordered: use it as the upstream of a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // An owning CUDA event. Timing is disabled by default (cheaper to record and wait on); ask for

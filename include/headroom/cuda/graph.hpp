@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // CUDA graphs, owned: stream_capture begins a capture on a stream and ends it exactly once, and

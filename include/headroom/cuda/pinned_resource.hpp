@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // Page-locked host memory (cudaMallocHost / cudaFreeHost): host- and device-accessible, the

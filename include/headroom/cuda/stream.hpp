@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // CUDA streams: `stream_view` is the substrate's stream type (a copyable, non-owning handle);

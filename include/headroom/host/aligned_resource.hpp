@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // Host memory with any power-of-two alignment, satisfying stream_resource<_, inline_stream>.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // thread_group: N ranks as threads of one process, with real collective and point-to-point

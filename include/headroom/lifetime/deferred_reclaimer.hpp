@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // deferred_reclaimer: the record_stream model of PyTorch's caching allocator, as a resource

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // guard: a move-only owner of one allocation from a stream_resource, made on an owner stream.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // Deprecated: include <headroom/pipeline/mpi.hpp>. This header forwards to it and will be removed

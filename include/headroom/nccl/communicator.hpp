@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // headroom::nccl::communicator: one rank of an NCCL communicator (owning, move-only), modelling

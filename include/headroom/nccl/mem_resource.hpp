@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // ncclMemAlloc / ncclMemFree as a stream_resource: memory that NCCL can register for its

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // One step of a pipeline schedule on one rank: a computation (forward, backward, or the two

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // buffer_arena: a stream_resource that serves one rank's executor step from a buffer plan

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // plan_buffers: every buffer one rank's step needs, as fixed offsets in one arena, planned before

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // capture_scope: the executor's contract for CUDA graph capture, on its buffer_arena

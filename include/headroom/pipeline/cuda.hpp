@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // The pipeline module with its CUDA part: the executor on CUDA streams over device memory, over

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // Query-first memory model: each rank's peak, predicted from the schedule and the per-stage

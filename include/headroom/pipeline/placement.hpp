@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // Where each virtual stage runs: the map virtual stage s -> (rank, chunk) of a pipeline with p

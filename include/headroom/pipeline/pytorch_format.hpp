@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // Schedules in PyTorch pipelining's text format (torch.distributed.pipelining.schedules._Action,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // Schedule generators, as policy tags: `make_schedule<one_f_one_b>({.stages = 4, .microbatches = 8})`.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // The shape of a pipeline: p ranks (stages), m micro-batches per step, v model chunks per rank,

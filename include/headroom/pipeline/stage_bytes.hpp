@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // What one micro-batch costs on each virtual stage, in bytes: the input of the memory model

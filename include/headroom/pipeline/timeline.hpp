@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // timeline(schedule): the schedule as a small Gantt chart, one row per rank and one column per

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // transport<Comm>: how the executor issues its transfers on one substrate, and how one rank's

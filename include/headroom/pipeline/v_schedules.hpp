@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // Generators on the V-shape placement (placement::v_shape, v = 2): rank r holds virtual stages

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // validate(schedule): proves a schedule correct before it runs, or throws invalid_argument

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // capture_scope: a unit_pool's contract for CUDA graph capture, checked instead of remembered.

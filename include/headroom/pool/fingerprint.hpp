@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // A plan's fingerprint: one 64-bit number that ranks (or a C++ engine and its Python twin) can

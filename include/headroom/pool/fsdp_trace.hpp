@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // Lease traces of a modelled Megatron-FSDP run (ZeRO-3, double buffer), for planning before a

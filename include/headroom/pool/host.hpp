@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // The host substrate's unit pool: inline_stream, inline_event and aligned_resource, so plans and

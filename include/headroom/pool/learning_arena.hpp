@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // learning_arena: the bookkeeping of an adapter that serves buckets from one planned arena at

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // unit_lease: the buffers of one unit (or non-unit bucket) while a unit_pool holds them for the

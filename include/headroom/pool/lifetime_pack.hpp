@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // Packing buffers by lifetime: one fixed offset per buffer such that buffers alive at the same

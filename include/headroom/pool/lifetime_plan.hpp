@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // Planning a recorded lease trace: one fixed arena offset per bucket such that buckets whose

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // What a unit_pool counts (pool_stats) and what a lease covers (target_kind).

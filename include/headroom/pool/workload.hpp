@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // Workload model of a fixed-address pool: an ordered list of units (the FSDP units of a model,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // Counters {value, peak, total} with nested scopes, after RMM's statistics_resource_adaptor.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // The stats module with its CUDA part: memory-report sources read from the CUDA runtime, the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // Key names. Where a headroom statistic means the same as one of torch.cuda.memory_stats(),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // reduce_plan: the wire layout of one reduction, fixed before anything is allocated (query first).

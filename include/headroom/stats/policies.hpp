@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // Policy tags of the stats module (CUTLASS style: empty structs passed as template arguments).

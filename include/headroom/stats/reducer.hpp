@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // Reducers: combine a report across a group of ranks (PP, TP, DP, world) in ONE collective.

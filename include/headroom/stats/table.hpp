@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // rank_table: the result of gather. For every key, every rank's value and a summary: max, min,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // The recorder's time source: the CPU's own counter (x86: rdtsc, when the TSC is invariant;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // to_memory_viz: a snapshot as the pickle PyTorch's memory_viz opens (drag it onto

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // pickle_writer: a streaming writer of Python pickles, protocol 4, using only the opcodes that

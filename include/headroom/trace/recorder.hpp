@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // recorder<Policy>: the allocation history of one device. Hooks (alloc, free_requested,

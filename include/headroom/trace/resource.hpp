@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // recording_resource<Upstream, Recorder, Events>: a stream_resource adaptor that reports every

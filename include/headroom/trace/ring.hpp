@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // event_ring: the preallocated ring of `max_entries` events. push() never allocates; when the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // snapshot: what a recorder knows at the end of a step, in the shape memory_viz reads

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // to_svg: the Active Memory Timeline of a snapshot as a self-contained SVG (no script, no

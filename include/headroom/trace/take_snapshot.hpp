@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // take_snapshot: a recorder's history and live blocks as a snapshot (snapshot.hpp), times

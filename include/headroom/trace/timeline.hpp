@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // active_timeline: the bytes held by live blocks after each alloc / free of a snapshot's trace,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """headroom's PyTorch adapters. The only part of the package that imports torch.
 
 Submodules (imported on first use, so ``import headroom.torch`` stays cheap):

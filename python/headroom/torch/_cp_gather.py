@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """headroom.torch.cp's gather over a torch.distributed group (private): the agreement before the
 first gather of a batch, the forward by method, and its autograd node. The public entry is
 :func:`headroom.torch.cp.gather`."""

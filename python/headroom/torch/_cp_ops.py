@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """headroom.torch.cp's ops machinery (private): the implementations (torch index ops on CPU, one
 headroom._cuda launch on CUDA), the ``headroom::cp_*`` custom ops with their fake kernels and
 autograd through the adjoints, and the eager path that skips the dispatcher when nothing needs it.

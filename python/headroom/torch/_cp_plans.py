@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """headroom.torch.cp's per-batch plans (private): one C++ partition (and padding, for raw
 boundaries) per batch with what the ops derive from it (sizes, index tensors per device, the CUDA
 plan), found again by the ops from the ``cu_seqlens`` tensor they are given; the input checks and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What the drop-ins (``te.py``, ``areal.py``) share: headroom's errors retold in the peer's terms.
 
 A drop-in is called by code written for TransformerEngine or AReaL, so its errors name the

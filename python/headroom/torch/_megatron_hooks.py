@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """headroom.torch.megatron_fsdp's hooks into Megatron-FSDP and torch, outside any allocator:
 ``install`` / ``uninstall`` / ``installed`` patch the two allocator names of Megatron-FSDP's
 ``param_and_grad_buffer`` and check the buffers it builds afterwards, and a torch optimizer

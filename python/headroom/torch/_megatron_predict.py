@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """headroom.torch.megatron_fsdp.predict (defined here, exported there): the lease trace
 Megatron-FSDP's schedule makes of its two double-buffer allocators, from a model on the meta
 device, planned by the C++ plan_lifetimes."""

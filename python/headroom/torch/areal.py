@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Drop-ins for AReaL's packed context-parallel helpers
 (``areal.engine.megatron_utils.packed_context_parallel``).
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Context-parallel split / gather of packed (THD, ``cu_seqlens``) batches as torch custom ops.
 
 Every op is in the ``headroom`` namespace with a fake implementation (``torch.compile`` traces

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A drop-in double-buffer allocator for Megatron-FSDP: one arena, planned offsets, fixed addresses.
 
 :func:`install` puts :class:`PoolAllocator` under the two names Megatron-FSDP builds its double

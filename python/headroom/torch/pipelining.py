@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Run headroom's pipeline schedules in ``torch.distributed.pipelining``, and predict what a torch
 pipeline run holds. Torch glue only: the schedules, their export (waits, gradient reductions,
 FSDP cells), the validator and the memory model are headroom's C++ (``headroom.pipeline``).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Step-gated memory snapshots for PyTorch jobs, one file per rank, with headroom's pool slots.
 
     prof = MemoryProfiler(steps=[3, 4], out_dir="snapshots", coords={"dp": dp, "pp": pp, "tp": tp, "cp": cp})

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Memory statistics reduced across a process group: exact, typed, and an error rather than a hang.
 
 ``max_memory_report(report, group)`` takes a dict of numbers (default: every key of

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Drop-ins for TransformerEngine's THD context-parallel helpers (``transformer_engine_torch``).
 
 Same names, arguments and results as TE's bindings, computed from headroom's partition (and,

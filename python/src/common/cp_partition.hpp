@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The one CP partition type of both extension modules: headroom._core.cp.Partition, and the plans
 // of headroom._cuda and headroom._torch_ops (python/src/cuda/plan.hpp) hold the same

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The element types of both extension modules' row ops (headroom._cuda's launches,
 // headroom._torch_ops's host ops): the ops move rows of `width` elements without looking at

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // headroom::cp from Python: padding, partitions in both layouts, and the index plans (which
 // global rows a rank holds, where raw rows and next-token labels land) as numpy int64 arrays
 // that torch.index_select / numpy.take can use. python/headroom/cp.py is the Pythonic layer.

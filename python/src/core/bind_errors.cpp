@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // headroom::error and its subclasses as Python exception classes of the same names and messages.
 // Each also derives from the built-in exception a Python caller would catch: ValueError for bad
 // arguments and sizes, RuntimeError for everything that goes wrong while running.

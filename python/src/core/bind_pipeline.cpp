@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // headroom::pipeline from Python: schedule generators, hand-written schedules, the validator,
 // timelines, the memory model (per-rank peak for each output retention and output lifetime, sizes
 // per virtual stage or per micro-batch) and PyTorch pipelining's action format both ways.

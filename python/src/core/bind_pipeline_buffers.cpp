@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // headroom::pipeline::plan_buffers from Python: every buffer one rank's step needs, at fixed
 // offsets in one arena (buffer_plan.hpp), so a torch user can size static receive buffers from it.
 // Registered into the pipeline submodule that pipeline.cpp creates.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // headroom::pool from Python: workloads, execution orders, the fixed / max / interval planners,
 // plans as data, validation, fingerprints, the model presets and the host unit pool (for
 // can_acquire and acquire/release on a plan). python/headroom/pool.py is the Pythonic layer.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // headroom::pool's lifetime planning from Python: lease traces (recorded, written and read as the
 // versioned text format), plan_lifetimes and learning_arena. python/headroom/pool.py re-exports
 // them as LeaseTrace, LifetimePlan, plan_lifetimes and LearningArena.

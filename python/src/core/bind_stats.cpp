@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // headroom::stats from Python: reports (name -> exact int64 or float64, PyTorch's key names),
 // checked reports (bad values carried to every rank, bools kept), the reduce plan, the wire
 // words of the max and gather reductions (what the torch adapters all_reduce / all_gather over

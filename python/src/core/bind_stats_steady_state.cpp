@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // headroom.stats.SteadyState: one dict shape's place on the reducers' wire, so that a training
 // loop that logs the same keys every step packs its dict straight into the words (one C++ pass,
 // no report built from the key strings, no sorting) and reads the result back the same way.

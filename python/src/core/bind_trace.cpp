@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // headroom::trace from Python: a recorder fed with allocator events (as they happen, or replayed
 // from a list), its snapshot, and the memory_viz pickle / SVG of it. python/headroom/trace.py is
 // the Pythonic layer.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // One function per headroom module adds that module's bindings to headroom._core; module.cpp
 // calls them in order. Each lives in bind_<module>.cpp beside this file (a module with two parts:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Python values to C++ arguments, checked: every binding takes sizes, indices and enums through
 // these, so a bad value from Python gets a headroom error (or TypeError) that names it instead

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // headroom._core: the CUDA-free headers from Python. Thin by design (RMM-style): every type and
 // function here is a headroom C++ one; the Pythonic surface is in python/headroom/*.py.
 #include <nanobind/nanobind.h>

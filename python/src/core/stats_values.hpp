@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Python values as statistics, for the stats bindings (bind_stats.cpp, bind_stats_steady_state.cpp).
 //

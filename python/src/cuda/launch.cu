@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // headroom._cuda plan: the kernel launches (cp::cuda ops), dispatched on element size, the
 // device boundaries' index type and the layout. Elements are opaque bytes here (a row is
 // `width` elements of `elem_bytes`): the kernels move rows, so one instantiation per size

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // headroom._cuda: the cp kernels called with raw device pointers, shapes, an element size and a
 // stream handle (ints). No libtorch and no at::Tensor: one build serves every torch version
 // (headroom.torch.cp wraps it in torch custom ops). The CUDA runtime is linked statically and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // headroom._cuda plan: the host half (validation and sizes); no CUDA here.
 #include "plan.hpp"
 

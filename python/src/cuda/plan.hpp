@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // headroom._cuda's one object: a CP plan for one packed batch (partition, and the padding when
 // built from raw boundaries), made once per batch on the host and reused by every op. The

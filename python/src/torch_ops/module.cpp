@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // headroom._torch_ops: importing it registers the CP ops of ops.cpp with torch's dispatcher (its
 // static initialisers run at load; import torch first, which headroom.torch.cp does). The module
 // itself holds nothing.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // headroom._torch_ops: the CP split and reorder ops registered with PyTorch's dispatcher from C++,
 // on the LibTorch stable ABI (torch/csrc/stable, the C shims; TORCH_TARGET_VERSION 2.10), so one
 // build loads in every torch from 2.10 on and a call through torch.ops.headroom.* costs no Python.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Shared cases of the CP op tests: random packed batches and the reference vectors."""
 import random
 

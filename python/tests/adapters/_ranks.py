@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Start one process per rank of a gloo world on this machine and wait for all of them: the
 harness of the adapters' multi-process tests (test_torch_pipelining*.py)."""
 import os

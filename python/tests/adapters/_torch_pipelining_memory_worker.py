@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """One of the 2 ranks of test_torch_pipelining_memory: torch's pipeline runtime on gloo (CPU) runs
 a small transformers Llama split as bench/pipeline_torch_llama.py splits it (embedding + half the
 layers | the rest + norm + LM head; 4 virtual stages for interleaved 1F1B and ZBV), and each step's

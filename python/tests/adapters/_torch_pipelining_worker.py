@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """One of the 4 ranks of test_torch_pipelining: runs headroom schedules in torch's
 _PipelineScheduleRuntime on gloo (CPU) and compares each rank's gradients and losses with the
 unpipelined reference. Pipelines of 4 use the whole world; pipelines of 2 run on ranks {0, 1}

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """README's PyTorch track, walked as a user would after `pip install .` (test_readme_track.py runs
 this file with a fresh install of the package first on the path):
 

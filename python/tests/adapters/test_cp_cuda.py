@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """headroom.torch.cp on a GPU: the CUDA path (headroom._cuda's kernels) byte for byte against the
 CPU path for every op, dtype, odd row widths, batches past the runs kernel's capacity and past
 the staged-boundaries limit; gradcheck in double precision on CUDA; the current stream (CUDA

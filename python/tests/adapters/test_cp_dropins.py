@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Drop-ins: TransformerEngine's THD helpers against TE's documented vectors, and AReaL's packed
 CP helpers against AReaL's own functions (AReaL 1.0.4's module file, loaded by path with
 Megatron's parallel_state stubbed as AReaL's tests do) on random packed batches."""

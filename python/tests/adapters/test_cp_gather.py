@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """gather and collect_output over a real torch.distributed group: CP ranks are processes on the
 gloo backend (CPU). Values in sequence order, the adjoint's gradient (x cp for a replicated
 loss, or local only), every gather_output policy, AReaL's gathers against headroom's; ranks that

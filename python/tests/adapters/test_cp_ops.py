@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """headroom.torch.cp on CPU: opcheck (schema, fake, autograd) on every op, gradcheck in double
 precision, the reference vectors, round trips on random packed batches for every dtype, both
 layouts, torch.compile(fullgraph=True), and every bad input."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """headroom._torch_ops (the CP split and reorder ops registered from C++ on the LibTorch stable ABI)
 on CPU: they are the ops headroom.torch.cp uses, registered from ops.cpp; opcheck (schema, fake,
 autograd registered from Python) at every element size; bytes equal to the Python implementation

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """One CUDA runtime per process: headroom._cuda and headroom._torch_ops launch their kernels through
 the libcudart torch loaded (linked shared), not through a private static copy each (its own fatbin
 registry, current device, lazy initialisation and exit-time teardown beside torch's). Needs no GPU:
@@ -40,9 +41,9 @@ def test_modules_share_torchs_runtime():
     if torch.version.cuda is None:
         pytest.skip("a CPU-only torch loads no CUDA runtime to share")
     got = run("import torch\n"
-              "import headroom.torch.cp as cp\n"
+              "import headroom.torch._cp_ops as ops\n"
               "from headroom import _cuda\n"
-              "mods = [_cuda.__file__] + ([cp._torch_ops.__file__] if cp._torch_ops is not None else [])\n"
+              "mods = [_cuda.__file__] + ([ops._torch_ops.__file__] if ops._torch_ops is not None else [])\n"
               "print(len(runtimes()), *mods)")
     count, *modules = got.split(" ")
     assert count == "1", f"{count} libcudart files mapped after torch and headroom's modules, expected torch's one"

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """headroom.torch.megatron_fsdp.PoolAllocator: Megatron's allocator contract on CPU tensors over the
 C++ LearningArena, its max layout against what Megatron-FSDP's own MaxPoolAllocator holds at run
 time, learning that holds (unit orders, accumulation, eval steps, random orders: never overlapping),

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """bench/megatron_fsdp_pool.py --plan-only on CPU: the benchmark's model gives Megatron's
 parameter groups the shape the GPU run relies on (heavy and light units), and the planners'
 arenas order as expected (interval below max) before any GPU time is spent."""

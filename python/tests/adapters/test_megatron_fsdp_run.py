@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Megatron-FSDP 0.6.1 itself, trained on CPU (gloo, 2 ranks, ZeRO-3, fsdp_double_buffer) with
 torch.cuda's stream, event and device calls stubbed: the real allocate / free sequence of its
 buffers through headroom's PoolAllocator, against its own MaxPoolAllocator. The recorded traces

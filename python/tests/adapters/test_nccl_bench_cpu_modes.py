@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The 2-GPU benchmarks' spawn / compare / report logic on CPU: bench/cp_torch_gather_nccl.py
 and bench/stats_reduce_torch.py (--checks-only, and its timings on CPU tensors) on the gloo
 backend (two processes), so that the NCCL runs on the GPU machine fail only for GPU reasons."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """headroom.torch.profile.MemoryProfiler on CPU: file naming, step gating, atomic writes, the
 OOM hook and the merge of PoolAllocator slots into a snapshot. torch's recorder needs CUDA, so the
 profiler runs here over a backend that records what the profiler asks of it and returns a

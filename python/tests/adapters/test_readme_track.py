@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """README's PyTorch track end to end from a fresh install: `pip install .` of this checkout into an
 empty folder (offline: no build isolation, no dependencies fetched; scikit-build-core reuses its
 build folder, so after tools/test's install this is a no-op rebuild), then readme_track.py with

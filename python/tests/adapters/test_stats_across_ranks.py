@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """headroom.torch.stats on CPU: gloo, three processes (torch.multiprocessing spawn), one of them
 with different keys. Every scenario runs in one spawn (starting processes is the slow part); each
 test checks one scenario's results from every rank."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """headroom.torch.stats' steady state (the fast path) on CPU: gloo, three processes. The same
 sequence of calls runs twice in one spawn: once as a user makes it (the fast path taken whenever
 the keys, their order and their value types are those of the group's last reduction) and once

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """headroom.torch.stats never diverges silently and never hangs on one rank's bad value,
 over gloo with 4 CPU processes and sub-groups of 2 and 3 ranks, in one spawn:
 

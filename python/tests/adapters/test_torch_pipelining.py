@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """headroom schedules run by torch's _PipelineScheduleRuntime (headroom.torch.pipelining): every
 generator, exported in full (headroom's transfers, waits and gradient reductions) and compute-only
 (torch's lowering), on gloo with pipelines of 2 and 4 CPU processes and nn.Linear stages;

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """headroom.torch.pipelining.predict_peaks against torch's own pipeline runtime, on the CPU: two
 gloo processes run a small transformers Llama (bench/pipeline_torch_llama.py's split) under torch's
 Schedule1F1B and headroom's interleaved 1F1B, ZB-H1 and ZBV through the export, m in {2, 4},

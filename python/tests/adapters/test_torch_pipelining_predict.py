@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """headroom.torch.pipelining's prediction path on CPU: stage sizes from one forward on the meta
 device, torch's presets, step()'s merged result; and bench/pipeline_torch_llama.py's Llama split
 (its stages chained equal the model) measured on the meta device."""

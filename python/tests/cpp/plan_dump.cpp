@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The C++ side of python/tests/test_pool_presets.py: plans every model preset (three workload
 // variants, seven planner settings) with the headers alone and prints each plan as one JSON line:
 // its key, fingerprint, arena bytes, every bucket's offsets, and its printed text. The test

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cp::gather_adjoint sums gradients across ranks, so its element type must be arithmetic.
 // expect: cp::gather_adjoint: the element type T is not arithmetic
 #include <cstddef>

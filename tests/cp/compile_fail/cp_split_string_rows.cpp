@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cp::split on rows of a type that is not trivially copyable.
 // expect: is not a cp::row_element (trivially copyable, not const or volatile)
 #include <cstdint>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The deferred release policy on a resource without a quarantine.
 // expect: the deferred policy quarantines released blocks, so Resource must be a lifetime::quarantining_resource
 #include <cstddef>

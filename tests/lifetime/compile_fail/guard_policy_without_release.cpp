@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A release policy tag without a static release function.
 // expect: Policy is not a lifetime::release_policy_for this resource
 #include <cstddef>

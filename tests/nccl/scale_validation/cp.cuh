@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Scale validation [cp]: correctness over CP x DP groups, then bandwidth at cp = N.
 // Part of tests/nccl/scale_validation.cu (one program; this folder is not globbed as programs).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Scale validation device helpers: the scratch arena, dbuf, pattern kernels, timing medians.
 // Part of tests/nccl/scale_validation.cu (one program; this folder is not globbed as programs).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Scale validation harness: options, the check ledger, and hang safety (host gate, watchdog).
 // Part of tests/nccl/scale_validation.cu (one program; this folder is not globbed as programs).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Scale validation [pool]: max-pool plan of a hybrid model on an NCCL-registered arena, strict assignment.
 // Part of tests/nccl/scale_validation.cu (one program; this folder is not globbed as programs).

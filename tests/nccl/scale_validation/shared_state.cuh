@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Scale validation results shared by the rank threads, and the phase barriers (quiesce, collective_phase).
 // Part of tests/nccl/scale_validation.cu (one program; this folder is not globbed as programs).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Scale validation [stats]: reducer max and gather over pipeline groups, exact checks and latency.
 // Part of tests/nccl/scale_validation.cu (one program; this folder is not globbed as programs).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // An executor over a communicator whose send / recv take arithmetic types only.
 // expect: Comm is not a pipeline::byte_transport
 #include <cstddef>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // An executor given something that is not a memory resource.
 // expect: Resource is not a headroom::stream_resource on the communicator's stream type
 #include <cstddef>

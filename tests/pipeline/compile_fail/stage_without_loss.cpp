@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A pipeline stage without loss(): the executor cannot run it, not even forward-only.
 // expect: Stage is not a pipeline::forward_stage
 #include "headroom/host/aligned_resource.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The interval planner through make_plan: it needs the execution order, so it has its own entry point.
 // expect: for pool::interval call pool::make_interval_plan(workload, orders)
 #include "headroom/pool/execution_order.hpp"

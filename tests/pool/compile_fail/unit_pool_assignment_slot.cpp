@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A non-unit policy given where the pool expects its assignment policy.
 // expect: Assignment is not a pool::assignment_policy; use pool::strict or pool::first_free
 #include <cstddef>

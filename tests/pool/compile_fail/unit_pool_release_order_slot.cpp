@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A non-unit policy given where the pool expects its release order.
 // expect: ReleaseOrder is not a pool::release_order_policy; use pool::record_if_cross_stream
 #include <cstddef>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A typed-report field of int: values travel as 64-bit words, so only std::int64_t and double.
 // expect: stats::field<name, T>: T must be std::int64_t or double
 #include <cstdint>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A typed-report field whose op is not a reduction policy.
 // expect: stats::field<name, T, Op>: Op must be stats::maximum or stats::minimum
 #include "headroom/stats/report.hpp"

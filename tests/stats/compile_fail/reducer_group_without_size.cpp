@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A "group" without size() given to a reducer (Megatron-Bridge PR #3645's test 4).
 // expect: comm is not a headroom::communicator
 #include "headroom/host/thread_group.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A reducer given a plain value instead of a report.
 // expect: report is not a stats::report<...> or a stats::dynamic_report
 #include <cstdint>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A typed report with two fields of the same name.
 // expect: stats::report<Fields...>: two fields have the same name
 #include <cstdint>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A typed report given a plain type instead of a stats::field.
 // expect: stats::report<Fields...>: every argument must be a stats::field<name, T>
 #include <cstdint>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A typed report read with a key it does not have: the error spells the key and the valid keys.
 // expect: stats::report::get<key>: unknown key
 #include <cstdint>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A recorder policy that is not a recording_policy (no records flag).
 // expect: trace::recorder<Policy>: Policy is not a trace::recording_policy
 #include "headroom/trace/recorder.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A recording resource given something that is not an event sink in place of the recorder.
 // expect: trace::recording_resource<Upstream, Recorder>: Recorder is not a trace::event_sink
 #include <cstddef>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // Row-copy kernels behind cp::cuda's ops. One kernel template serves every op: each output row

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // cp ops on device memory, one kernel launch each, stream-ordered (nothing blocks the host).

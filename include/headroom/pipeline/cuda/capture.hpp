@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // pipeline::graph_capture: a CUDA graph of executor steps on a buffer_arena, with the executor's

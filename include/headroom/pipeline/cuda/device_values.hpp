@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // device_values<T>: one slot per micro-batch in device memory, for what a last stage's loss()

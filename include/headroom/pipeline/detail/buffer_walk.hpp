@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // The memory model's walk (memory_model.hpp): one rank's actions under the executor's buffer

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // Turns per-rank compute orders (F, B, I, W and overlapped F+B only) into full action lists with their transfers.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // What memory_plan and buffer_plan share: the schedule they were made for, its shape, the policy

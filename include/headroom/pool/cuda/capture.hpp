@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // graph_capture: a CUDA graph of a step over a unit_pool, with the pool's capture contract

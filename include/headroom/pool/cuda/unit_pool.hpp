@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // The CUDA pool: unit_pool on cuda::stream_view and cuda::event, with a device upstream

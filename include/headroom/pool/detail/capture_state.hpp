@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // What a unit_pool's open capture scope (capture.hpp) remembers of the pool at its start: per

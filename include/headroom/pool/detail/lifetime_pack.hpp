@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // Lifetime packing, the algorithms behind pool::pack_lifetimes (pool/lifetime_pack.hpp).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // Megatron-FSDP 0.6.1's MaxPoolAllocator replayed on a lease trace (plan_lifetimes' `max` and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // Placing byte ranges around already placed neighbours (a conflict graph as sorted neighbour

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // device_report_view: the device-side writer of a device-resident report (device_reducer.hpp).

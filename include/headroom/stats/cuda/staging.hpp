@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // blocking_device_staging: runs the reducers' one collective on a communicator whose buffers

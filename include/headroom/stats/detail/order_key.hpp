@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // Order-preserving 64-bit keys: the trick that lets one all_reduce(max, int64) reduce a report

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // The schema of a report, hashed: each key's name is hashed once (FNV-1a 64, cached by dynamic

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 #include "headroom/core/require_cxx20.hpp"
 // Where a recorder's events go. event_buffers<false>: one ring (single_thread). event_buffers<true>:
