@@ -29,6 +29,21 @@
 #include "headroom/pool.hpp"
 #include "headroom/stats.hpp"
 
+// clang's ThreadSanitizer runtime is linked statically and defines the global operator new and
+// delete itself, so a program cannot replace them there (duplicate symbols; its shared runtime
+// crashes on start here): under clang's TSan the injector is left out and the injection cases
+// are skipped, saying why. g++'s TSan and every other build run them.
+#if defined(__clang__) && defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define HEADROOM_TEST_NO_INJECTOR 1
+#endif
+#endif
+#ifdef HEADROOM_TEST_NO_INJECTOR
+constexpr bool no_injector = true;
+#else
+constexpr bool no_injector = false;
+#endif
+
 namespace {
 
 // ---- the fault injector ------------------------------------------------------------------
@@ -40,7 +55,7 @@ std::atomic<long> live{0};          // allocations minus deallocations, always
 char const* current_scenario = "";  // for the hang report
 std::atomic<long> current_fault{0};
 
-void* allocate(std::size_t n, std::size_t align) {
+[[maybe_unused]] void* allocate(std::size_t n, std::size_t align) {
   if (counting.load(std::memory_order_relaxed)) {
     long const k = allocations.fetch_add(1, std::memory_order_relaxed) + 1;
     if (k == armed_at.load(std::memory_order_relaxed)) throw std::bad_alloc();
@@ -55,7 +70,7 @@ void* allocate(std::size_t n, std::size_t align) {
   live.fetch_add(1, std::memory_order_relaxed);
   return p;
 }
-void release(void* p) noexcept {
+[[maybe_unused]] void release(void* p) noexcept {
   if (p == nullptr) return;
   live.fetch_sub(1, std::memory_order_relaxed);
   std::free(p);
@@ -63,6 +78,7 @@ void release(void* p) noexcept {
 
 }  // namespace
 
+#ifndef HEADROOM_TEST_NO_INJECTOR
 void* operator new(std::size_t n) { return allocate(n, 0); }
 void* operator new[](std::size_t n) { return allocate(n, 0); }
 void* operator new(std::size_t n, std::align_val_t a) { return allocate(n, static_cast<std::size_t>(a)); }
@@ -89,6 +105,7 @@ void operator delete(void* p, std::align_val_t) noexcept { release(p); }
 void operator delete[](void* p, std::align_val_t) noexcept { release(p); }
 void operator delete(void* p, std::size_t, std::align_val_t) noexcept { release(p); }
 void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { release(p); }
+#endif
 
 namespace {
 
@@ -212,13 +229,13 @@ void pool_scenario() {
 
 }  // namespace
 
-TEST_CASE("unit_pool: bad_alloc at every allocation leaves the pool unchanged and leaks nothing") {
+TEST_CASE("unit_pool: bad_alloc at every allocation leaves the pool unchanged and leaks nothing" * doctest::skip(no_injector)) {
   for_every_fault("host_unit_pool<strict, dynamic>", [] { pool_scenario<pool::host_unit_pool<pool::strict, pool::dynamic>>(); });
   for_every_fault("host_unit_pool<first_free, persistent>",
                   [] { pool_scenario<pool::host_unit_pool<pool::first_free, pool::persistent>>(); });
 }
 
-TEST_CASE("lifetime guards: bad_alloc at every allocation keeps the guard valid and the block owned once") {
+TEST_CASE("lifetime guards: bad_alloc at every allocation keeps the guard valid and the block owned once" * doctest::skip(no_injector)) {
   for_every_fault("host_guard<stream_ordered>", [] {
     host::aligned_resource mr;
     inline_stream const owner{};
@@ -249,7 +266,7 @@ TEST_CASE("lifetime guards: bad_alloc at every allocation keeps the guard valid 
   });
 }
 
-TEST_CASE("stats reducer: bad_alloc on one rank fails that reduction only; the reducer and a new group work") {
+TEST_CASE("stats reducer: bad_alloc on one rank fails that reduction only; the reducer and a new group work" * doctest::skip(no_injector)) {
   // One rank: the reducer survives a failure and gives the exact result afterwards.
   stats::dynamic_report rep;
   rep.set("allocated_bytes.all.peak", std::int64_t{1} << 60).set("x", 2.5);
@@ -277,7 +294,7 @@ TEST_CASE("stats reducer: bad_alloc on one rank fails that reduction only; the r
   });
 }
 
-TEST_CASE("thread_group: bad_alloc in any rank, even while starting the threads, aborts the group, never hangs") {
+TEST_CASE("thread_group: bad_alloc in any rank, even while starting the threads, aborts the group, never hangs" * doctest::skip(no_injector)) {
   for_every_fault("launch(4) with collectives", [] {
     within_watchdog([] {
       host::launch(4, [](host::thread_communicator& comm) {
