@@ -109,7 +109,14 @@ function(headroom_add_program target)
     target_link_libraries(${target} PRIVATE headroom_sanitize)
   endif()
   if(arg_DOCTEST)
-    target_link_libraries(${target} PRIVATE doctest::doctest)
+    # doctest's runner (its implementation and main) is compiled once per build, not per test.
+    if(NOT TARGET headroom_doctest_main)
+      add_library(headroom_doctest_main STATIC "${PROJECT_SOURCE_DIR}/tests/common/doctest_main.cpp")
+      set_target_properties(headroom_doctest_main PROPERTIES CXX_EXTENSIONS OFF)
+      target_link_libraries(headroom_doctest_main PUBLIC doctest::doctest PRIVATE headroom::core headroom_warnings
+                                                                                  headroom_sanitize)
+    endif()
+    target_link_libraries(${target} PRIVATE headroom_doctest_main)
     target_include_directories(${target} PRIVATE "${PROJECT_SOURCE_DIR}/tests")
   endif()
   if(arg_MPI_RANKS)
@@ -158,7 +165,8 @@ function(headroom_collect_programs var)
     file(GLOB candidates CONFIGURE_DEPENDS "${root}/tests/*/*.cpp" "${root}/tests/*/*.cu")
     foreach(src IN LISTS candidates)
       get_filename_component(dir "${src}" DIRECTORY)
-      if(NOT EXISTS "${dir}/CMakeLists.txt")  # a separate project, not a module
+      # tests/common holds what the tests share (the doctest runner, helpers), not tests.
+      if(NOT EXISTS "${dir}/CMakeLists.txt" AND NOT dir STREQUAL "${root}/tests/common")  # a separate project is no module
         list(APPEND tests "${src}")
       endif()
     endforeach()

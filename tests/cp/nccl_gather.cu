@@ -1,6 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 // headroom: needs 2 GPUs
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <cuda_bf16.h>

@@ -2,7 +2,6 @@
 // row_runs: the runs the CUDA split / reorder pass to their kernel expand to exactly the rows of
 // the partition's index (local_index, gather_index), are the fewest such runs, and are refused
 // (false) only when that fewest number exceeds the capacity.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <cstdint>

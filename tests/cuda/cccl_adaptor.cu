@@ -1,5 +1,4 @@
 // SPDX-License-Identifier: Apache-2.0
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 // The adaptor defines LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE before CCCL is included.

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Compile-time checks of the CUDA and NCCL substrates against the core concepts, positive and
 // negative (the runtime part only reports that it compiled).
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <cstddef>

@@ -1,6 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 // headroom: needs 2 GPUs
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 // Asynchronous collectives over guarded device buffers on 2 GPUs (NCCL, one thread per GPU).

@@ -2,7 +2,6 @@
 // Run as: mpiexec -n 4 test_mpi_mpi_communicator
 // Every rank runs every test case in the same order. Data checks use CHECK (not REQUIRE) so a
 // failing rank keeps issuing the same collectives as the others instead of leaving them waiting.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <algorithm>

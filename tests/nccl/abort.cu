@@ -3,7 +3,6 @@
 // launch_per_device's failure path: a rank throws while its peer waits inside an NCCL
 // collective; the group is aborted, nobody hangs, and the failing rank's exception comes out.
 // Kept in its own executable: if abort ever failed to unblock the peer, only this test times out.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <chrono>

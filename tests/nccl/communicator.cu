@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // headroom: needs 2 GPUs
 // One process, two GPUs, one thread per GPU (launch_per_device). Needs 2 CUDA devices.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <cuda_bf16.h>

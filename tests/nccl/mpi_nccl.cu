@@ -3,7 +3,6 @@
 // Run as: mpiexec -n 2 test_nccl_mpi_nccl   (one process per GPU; needs 2 CUDA devices)
 // The NCCL unique id travels over MPI; then every collective is checked against a host
 // reference. Checks use CHECK so that a failing rank keeps in step with the other.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <cuda_bf16.h>

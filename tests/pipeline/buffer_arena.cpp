@@ -1,5 +1,4 @@
 // SPDX-License-Identifier: Apache-2.0
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 // The executor on a buffer plan (buffer_arena) on thread ranks: a step makes no upstream

@@ -1,5 +1,4 @@
 // SPDX-License-Identifier: Apache-2.0
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 // plan_buffers over every generator x p in {2, 3, 4} x v in {1, 2} x m in 1..8 x three policy

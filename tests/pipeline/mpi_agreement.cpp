@@ -3,7 +3,6 @@
 // MPI ranks that disagree on the schedule, and an MPI rank whose callback throws: every rank gets
 // an error, none hangs. Each case runs on its own duplicate of MPI_COMM_WORLD, so what an aborted
 // step leaves on one communicator cannot reach the next case.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <cstddef>

@@ -4,7 +4,6 @@
 // gradients and losses are bit-equal to a single-rank run of the same model (toy_model.hpp), each
 // rank checking its own chunks. Checks use CHECK, so a failing rank keeps issuing the same
 // transfers as the others instead of leaving them waiting.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <algorithm>

@@ -5,7 +5,6 @@
 // each rank's GPU (device_toy.cuh). Every schedule's gradients and losses are bit-equal to a
 // single-GPU run of the same kernels, each rank checking its own chunks. Checks use CHECK, so a
 // failing rank keeps issuing the same transfers as the other.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <algorithm>

@@ -5,7 +5,6 @@
 // inside, it replays bit-equal to the eager step (weight gradients and losses), at the planned
 // addresses. Misuse inside a real capture (a request outside a step) throws and leaves the
 // stream out of capture.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <cstring>

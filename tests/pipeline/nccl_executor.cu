@@ -10,7 +10,6 @@
 //     `none` and grows by the kept outputs under `all`;
 //   - bad input (a schedule for another group size, ranks on different schedules, bad
 //     device_values use) throws before any transfer.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <algorithm>

@@ -1,5 +1,4 @@
 // SPDX-License-Identifier: Apache-2.0
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include "headroom/pipeline/pytorch_format.hpp"
 
 #include <doctest/doctest.h>

@@ -1,5 +1,4 @@
 // SPDX-License-Identifier: Apache-2.0
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 // Output retention on the last stage: what is returned, and what is *held*. The caller's own

@@ -1,6 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 // headroom: needs 2 GPUs
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 // Two GPUs, one thread each: the pool's arena registered once with NCCL (ncclMemAlloc arena, or

@@ -2,7 +2,6 @@
 // The device writer of device-resident reports (stats/cuda/device_report.hpp) run on the host:
 // its order keys must be the host reducer's keys (stats/detail/order_key.hpp) bit for bit, since
 // the host decodes the reduced device words with the host decoder.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <bit>

@@ -5,7 +5,6 @@
 // round trip, read back through ready()/get(); exact int64 beyond 2^53 and doubles; graph
 // capture; the schema agreed once, its mismatch an error on every rank; bad input.
 // Run by tools/gpu-check as test_stats_device_reduce (label gpu). Needs 2 GPUs.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <cuda_runtime_api.h>

@@ -3,7 +3,6 @@
 // The reducers over the MPI communicator (host buffers, one process per rank). Every rank runs
 // every case in the same order; data checks use CHECK, not REQUIRE, so a failing rank keeps
 // issuing the same collectives as the others instead of leaving them waiting.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <cmath>

@@ -4,7 +4,6 @@
 // workspace, checked against host references on random data; the CUDA sources of memory stats.
 // Run by tools/gpu-check as test_stats_reduce_nccl (label gpu). Needs 2 GPUs; fails with a
 // message on fewer.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <cuda_runtime_api.h>

@@ -1,5 +1,4 @@
 // SPDX-License-Identifier: Apache-2.0
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 // Writes every kind of snapshot (plain blocks, a pool arena with leases, deferred frees, a
