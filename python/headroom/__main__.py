@@ -14,8 +14,9 @@ import sys
 
 from . import __version__, error, pool
 
-# The planner names: headroom.pool's, and the adapter's by_bytes (headroom.torch.megatron_fsdp.PLANNERS).
-PLANNERS = ("fixed", "max", "by_bytes", "interval")
+# The planner names, the C++ ones: plan()'s and plan_lifetimes()' (whose by_bytes is, for a preset,
+# max with --category by_bytes; headroom.torch.megatron_fsdp.PLANNERS are plan_lifetimes()').
+PLANNERS = tuple(dict.fromkeys(pool.planners + pool.lifetime_planners))
 
 
 def main(argv=None) -> int:

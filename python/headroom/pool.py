@@ -38,6 +38,7 @@ from ._core.pool import (
     evaluation_order,
     fingerprint,
     find_conflict,
+    lifetime_planners,
     lower_bound,
     make_interval_plan,
     make_plan,
@@ -45,6 +46,7 @@ from ._core.pool import (
     plan_lifetimes,
     max_workload_bytes,
     models,
+    planners,
     training_order,
     units_sharing_bytes,
     validate_orders,
@@ -58,7 +60,7 @@ __all__ = [
     "make_interval_plan", "lower_bound", "find_conflict", "validate", "validate_orders",
     "units_sharing_bytes", "fingerprint", "as_dict", "model_workload", "models",
     "default_alignment", "max_buffers", "max_workload_bytes",
-    "LeaseTrace", "LifetimePlan", "LearningArena", "plan_lifetimes",
+    "LeaseTrace", "LifetimePlan", "LearningArena", "plan_lifetimes", "planners", "lifetime_planners",
 ]
 
 BucketLike = Union[Bucket, Sequence[Any], Mapping[str, Any]]

@@ -59,8 +59,14 @@ def test_plans_lease_trace_files(tmp_path):
 
 
 def test_planner_names_are_the_adapters():
-    """One name per planner across the CLI and headroom.torch.megatron_fsdp.install()."""
-    from headroom.__main__ import PLANNERS
+    """One name per planner across the C++, the CLI and headroom.torch.megatron_fsdp.install():
+    the Python tuples are the C++ names (headroom.pool.planners, lifetime_planners), and the CLI
+    takes each of them."""
+    from headroom.__main__ import PLANNERS, main
+
+    assert PLANNERS == tuple(dict.fromkeys(pool.planners + pool.lifetime_planners))
+    for planner in PLANNERS:
+        assert main(["--model", "Falcon-H1-0.5B", "--planner", planner]) == 0, planner
 
     by_bytes = run("--model", "Jamba-1.5-Mini", "--ep", "8", "--planner", "by_bytes")
     assert by_bytes.returncode == 0, by_bytes.stderr
@@ -71,4 +77,4 @@ def test_planner_names_are_the_adapters():
         from headroom.torch import megatron_fsdp
     except ImportError:  # no torch: the adapter's list cannot be read here
         return
-    assert set(megatron_fsdp.PLANNERS) <= set(PLANNERS)
+    assert megatron_fsdp.PLANNERS == pool.lifetime_planners

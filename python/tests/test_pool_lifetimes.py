@@ -151,3 +151,71 @@ def test_learning_arena_keep_place_and_can_acquire():
         a.can_acquire(3)
     with pytest.raises(headroom.invalid_argument, match=r"releasable\[0\] = -1"):
         a.can_acquire([0], releasable=[-1])
+
+
+def _declared():
+    t = pool.LeaseTrace()
+    for b in (7, 9, 3):
+        t.declare(b, unit=b % 2, dtype="bfloat16", nbytes=1)
+    return t
+
+
+def _events(t):
+    # the trace's events, as its text writes them
+    return [line for line in t.to_text().splitlines() if not line.startswith(("headroom-lease-trace", "bucket"))]
+
+
+def test_record_fsdp_step_is_the_cpp_schedule():
+    """models.record_fsdp_step over the caller's buckets: (bucket, bytes) per unit, several a unit."""
+    units = [[(7, 100), (9, 30)], [(3, 50)]]
+    t = _declared()
+    pool.models.record_fsdp_step(t, units, "params", request_multiple=1)
+    assert _events(t) == ["acquire 7 100", "acquire 9 30", "acquire 3 50", "release 7", "release 9", "release 3",
+                          "acquire 3 50", "acquire 7 100", "acquire 9 30", "release 3", "release 7", "release 9",
+                          "step"]
+    g = _declared()
+    pool.models.record_fsdp_step(g, units, "grads", micro_batches=2, request_multiple=64)
+    once = ["acquire 3 64", "acquire 7 128", "acquire 9 64", "release 3", "release 7", "release 9"]
+    assert _events(g) == once + once + ["step"] and g.steps == 1
+
+
+@pytest.mark.parametrize("units, kwargs, error, message", [
+    ([[(7, 1)], []], {}, headroom.invalid_argument, "record_fsdp_step: unit 1 has no buckets"),
+    ([[(7, 1)], [(7, 2)]], {}, headroom.invalid_argument, r"bucket 7 is listed twice \(again in unit 1\)"),
+    ([[(7, 0)]], {}, headroom.invalid_argument, r"bucket 7 \(in unit 0\) has 0 bytes"),
+    ([[(7, 1)]], {"micro_batches": 0}, headroom.invalid_argument, "micro_batches = 0; expected >= 1"),
+    ([[(7, 1)]], {"micro_batches": -1}, headroom.invalid_argument, "micro_batches = -1"),
+    ([[(5, 1)]], {}, headroom.invalid_argument, "bucket 5 .* was never declared"),
+    ([[(7, 1)]], {"what": "weights"}, headroom.invalid_argument, "what = 'weights'; expected one of 'params', 'grads'"),
+    ([[(7, 1, 2)]], {}, TypeError, r"units\[0\]\[0\] = \(7, 1, 2\); expected a \(bucket, bytes\) pair"),
+    ([7], {}, TypeError, r"units\[0\] = 7; expected a list of \(bucket, bytes\) pairs"),
+    ([(7, 1)], {}, TypeError, r"units\[0\]\[0\] = 7; expected a \(bucket, bytes\) pair"),
+    ([[(7, "1")]], {}, TypeError, r"units\[0\]\[0\] bytes = '1'"),
+])
+def test_record_fsdp_step_bad_input_keeps_the_cpp_message(units, kwargs, error, message):
+    t = _declared()
+    kwargs = dict(kwargs)
+    what = kwargs.pop("what", "params")
+    with pytest.raises(error, match=message):
+        pool.models.record_fsdp_step(t, units, what, **kwargs)
+    assert t == _declared()  # nothing recorded
+
+
+def test_planner_names_are_the_cpp_ones():
+    """pool.planners (plan) and pool.lifetime_planners (plan_lifetimes, LearningArena) come from the
+    C++: each name is accepted, and the C++ refusal lists exactly them."""
+    assert "by_bytes" in pool.lifetime_planners  # headroom.torch.megatron_fsdp.install(planner="by_bytes")
+    w = pool.model_workload("Falcon-H1-0.5B")
+    for name in pool.planners:
+        assert pool.plan(w, name).planner == name
+    for name in pool.lifetime_planners:
+        assert pool.plan_lifetimes(_trace(), planner=name).planner == name
+        assert pool.LearningArena(name).stats()["planner"] == name
+    for refuse in (lambda: pool.plan_lifetimes(_trace(), planner="fixed"), lambda: pool.LearningArena("fixed")):
+        with pytest.raises(headroom.invalid_argument) as e:
+            refuse()
+        listed = str(e.value).split("expected ")[1].replace(" or ", ", ").split(", ")
+        assert sorted(listed) == sorted(pool.lifetime_planners), str(e.value)
+    with pytest.raises(headroom.invalid_argument) as e:
+        pool.plan(w, "greedy")
+    assert str(e.value).endswith("expected one of " + ", ".join(f"'{n}'" for n in pool.planners if n != "interval"))

@@ -18,7 +18,7 @@ def test_the_extension_is_the_module_and_stubs_sit_beside_it():
     ("__init__.pyi", ["class invalid_argument(error, ValueError)", "from headroom._core import"]),
     ("pool/__init__.pyi", ["class Plan:", "def make_plan(", "def fingerprint(", "class HostUnitPool:",
                           "class LeaseTrace:", "class LifetimePlan:", "class LearningArena:", "def plan_lifetimes("]),
-    ("pool/models.pyi", ["def make_workload("]),
+    ("pool/models.pyi", ["def make_workload(", "def record_fsdp_step(", "units: Sequence[Sequence[tuple[int, int]]]"]),
     ("cp.pyi", ["class Partition:", "def shifted_labels("]),
     ("pipeline/__init__.pyi", ["class Schedule:", "def predict_memory(", "def fingerprint(", "forward_only: bool",
                                "class Placement:", "placement: Placement | None = None", "backward_stage: int = -1",

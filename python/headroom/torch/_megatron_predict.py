@@ -13,42 +13,6 @@ import headroom
 from headroom import pool as hp
 
 
-def _megatron_step(trace, units: List[List[int]], nbytes: Dict[int, int], what: str, micro_batches: int) -> None:
-    """The leases one training step makes of Megatron-FSDP's double-buffer allocator ``what``
-    (units in forward order), as ``ParamAndGradBuffer`` makes them with overlapped
-    communication: parameters are all-gathered one unit ahead (a unit and the next one held)
-    and released after the unit's forward and again after its backward; gradient buckets are
-    held from the unit's first gradient until the double-buffer limit frees them two units
-    later (GradReducePipeline._enforce_double_buffer_limit), the last two at finish_grad_sync."""
-    def acquire(u):
-        for b in units[u]:
-            trace.acquire(b, nbytes[b])
-
-    def release(u):
-        for b in units[u]:
-            trace.release(b)
-
-    n = len(units)
-    for _ in range(micro_batches):
-        if what == "params":
-            for order in (range(n), range(n - 1, -1, -1)):
-                order = list(order)
-                acquire(order[0])
-                for i, u in enumerate(order):
-                    if i + 1 < n:
-                        acquire(order[i + 1])
-                    release(u)
-        else:
-            backward = list(range(n - 1, -1, -1))
-            for i, u in enumerate(backward):
-                if i >= 2:
-                    release(backward[i - 2])
-                acquire(u)
-            for u in backward[-2:]:
-                release(u)
-    trace.end_step()
-
-
 def predict(model: torch.nn.Module, unit_classes: Sequence[type], *, grad_comm_dtype: Any = torch.bfloat16,
             dp: int = 1, micro_batches: int = 1, alignment: int = hp.default_alignment) -> Dict[str, Dict[str, Any]]:
     """Each planner's arena and the bound for a Megatron-FSDP run of ``model`` (on the meta
@@ -60,9 +24,10 @@ def predict(model: torch.nn.Module, unit_classes: Sequence[type], *, grad_comm_d
     at ``dp`` data-parallel ranks (``build_data_parallel_buffer_index``); the weights are
     requested in the model's parameter dtypes, the gradients in ``grad_comm_dtype`` (None: the
     groups' gradient dtype). One step of ``micro_batches`` is recorded as the lease trace
-    ``ParamAndGradBuffer`` makes with overlapped communication (see ``_megatron_step``: units
-    in module order forward and reverse backward, parameters one unit ahead, gradient buckets
-    two units deep) and planned by ``headroom.pool.plan_lifetimes`` (C++). Returns, per
+    ``ParamAndGradBuffer`` makes with overlapped communication by the C++
+    ``headroom.pool.models.record_fsdp_step`` (pool/fsdp_trace.hpp: units in module order forward
+    and reverse backward, parameters one unit ahead, gradient buckets two units deep) and
+    planned by ``headroom.pool.plan_lifetimes`` (C++). Returns, per
     allocator (``fsdp_params``, ``fsdp_grads``) and for their ``total``: ``bound`` (max load),
     the arena of each planner (``max``, ``by_bytes``, ``interval``), the ``winner`` and
     ``megatron_planned``, the bytes Megatron's MaxPoolAllocator plans (``size`` copies of its
@@ -97,16 +62,18 @@ def predict(model: torch.nn.Module, unit_classes: Sequence[type], *, grad_comm_d
     for name, what, dtype_fn in (("fsdp_params", "params", operator.attrgetter("dtype")),
                                  ("fsdp_grads", "grads", (lambda pg: grad_comm_dtype) if grad_comm_dtype is not None
                                   else operator.attrgetter("grad_dtype"))):
-        trace, nbytes = hp.LeaseTrace(), {}
+        trace, requests = hp.LeaseTrace(), []
         for bs in order:
+            requests.append([])
             for b in bs:
                 pg, d = groups[b], _storage_dtype(dtype_fn(groups[b]))
                 padded = pgb.build_data_parallel_buffer_index(
                     [p.shape for p in pg.params], 0, dp, dp > 1, cfg, b, getattr(pg, "chunk_size_factor", 1))[1].size
-                nbytes[b] = padded * _itemsize(d)
+                requests[-1].append((b, padded * _itemsize(d)))
                 trace.declare(b, unit=pg.fsdp_unit_id, group=0, dtype=_dtype_name(d),
                               nbytes=sum(p.numel() for p in pg.params) * _itemsize(d))
-        _megatron_step(trace, order, nbytes, what, micro_batches)
+        # requests are Megatron's padded sizes already: request_multiple 1
+        hp.models.record_fsdp_step(trace, requests, what, micro_batches=micro_batches, request_multiple=1)
         plan = hp.plan_lifetimes(trace, alignment=alignment, follow_moves=True)  # as the LearningArena
         theirs = pgb.MaxPoolAllocator(name, groups, size=2, dtype_fn=dtype_fn)
         out[name] = {"bound": plan.bound, "max": plan.candidates["max"], "by_bytes": plan.candidates["by_bytes"],

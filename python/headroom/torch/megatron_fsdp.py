@@ -36,7 +36,7 @@ __all__ = [
     "predict", "allocators", "add_lease_listener", "remove_lease_listener",
 ]
 
-PLANNERS = ("max", "by_bytes", "interval")
+PLANNERS = hp.lifetime_planners  # the C++ LearningArena's
 DEFAULT_ALIGNMENT = hp.default_alignment
 
 

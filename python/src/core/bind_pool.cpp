@@ -117,7 +117,7 @@ std::string printed(T const& v) {
 /// A plan of the fixed or max planner, by dtype or by bytes.
 plan make_slot_plan(workload const& w, str_arg planner, str_arg category, int_arg buffers, int_arg alignment,
                     nb::typed<nb::handle, padding_choice> padding) {
-  std::size_t const which = as_choice(planner, "planner", {"fixed", "max"});
+  std::size_t const which = as_choice(planner, "planner", {fixed::name, max::name});
   std::size_t const by = as_choice(category, "category", {"by_dtype", "by_bytes"});
   plan_options const o{as_size(buffers, "buffers"), alignment_of(alignment)};
   padding_choice const pad = padding_of(padding);
@@ -518,6 +518,8 @@ void bind_models(nb::module_& sub) {
 
 void bind_pool(nb::module_& m) {
   nb::module_ sub = m.def_submodule("pool", "headroom::pool");
+  // The planners of make_plan and make_interval_plan (lifetime_planners: plan_lifetimes').
+  sub.attr("planners") = nb::make_tuple(fixed::name, max::name, interval::name);
   bind_workloads(sub);
   bind_plans(sub);
   bind_unit_pool(sub);

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // headroom::pool's lifetime planning from Python: lease traces (recorded, written and read as the
-// versioned text format), plan_lifetimes and learning_arena. python/headroom/pool.py re-exports
-// them as LeaseTrace, LifetimePlan, plan_lifetimes and LearningArena.
+// versioned text format), plan_lifetimes and learning_arena, their planner names, and the modelled
+// Megatron-FSDP step over an adapter's buckets (models.record_fsdp_step). python/headroom/pool.py
+// re-exports them as LeaseTrace, LifetimePlan, plan_lifetimes, LearningArena, lifetime_planners.
 #include <nanobind/nanobind.h>
 #include <nanobind/operators.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 
 #include <cstddef>
@@ -16,6 +18,7 @@
 
 #include "bindings.hpp"
 #include "convert.hpp"
+#include "headroom/pool/fsdp_trace.hpp"
 #include "headroom/pool/learning_arena.hpp"
 #include "headroom/pool/lease_trace.hpp"
 #include "headroom/pool/lifetime_plan.hpp"
@@ -62,9 +65,68 @@ nb::dict stats_of(learning_arena_stats const& s) {
   return d;
 }
 
+/// A sequence of (bucket, bytes) pairs; `what` names it in messages.
+std::vector<models::fsdp_request> requests_of(nb::handle h, std::string const& what) {
+  if (!PySequence_Check(h.ptr()) || nb::isinstance<nb::str>(h))
+    throw nb::type_error(
+        headroom::detail::concat(what, " = ", repr_of(h), "; expected a list of (bucket, bytes) pairs").c_str());
+  std::vector<models::fsdp_request> out;
+  std::size_t i = 0;
+  for (nb::handle q : h) {
+    auto const at = headroom::detail::concat(what, "[", i++, "]");
+    if (!PySequence_Check(q.ptr()) || nb::isinstance<nb::str>(q) || PySequence_Size(q.ptr()) != 2)
+      throw nb::type_error(
+          headroom::detail::concat(at, " = ", repr_of(q), "; expected a (bucket, bytes) pair").c_str());
+    out.push_back({as_u64(q[0], at + " bucket"), as_u64(q[1], at + " bytes")});
+  }
+  return out;
+}
+
+/// (bucket, bytes) lists as the stubs show them; checked by requests_of.
+using requests_arg = nb::typed<nb::handle, std::vector<std::pair<int, int>>>;
+using unit_requests_arg = nb::typed<nb::handle, std::vector<std::vector<std::pair<int, int>>>>;
+
+void bind_fsdp_step(nb::module_& models_module) {
+  models::fsdp_step const d{};
+  models_module.def(
+      "record_fsdp_step",
+      [](lease_trace& t, unit_requests_arg units, str_arg what, requests_arg non_unit, bool train, int_arg micro_batches,
+         bool recompute, int_arg prefetch, int_arg grad_depth, int_arg request_multiple) {
+        if (!PySequence_Check(units.ptr()) || nb::isinstance<nb::str>(units))
+          throw nb::type_error(headroom::detail::concat("units = ", repr_of(units),
+                                                        "; expected one list of (bucket, bytes) pairs per unit")
+                                   .c_str());
+        models::fsdp_requests r;
+        std::size_t u = 0;
+        for (nb::handle row : units) r.units.push_back(requests_of(row, headroom::detail::concat("units[", u++, "]")));
+        r.non_unit = requests_of(non_unit, "non_unit");
+        auto const buffer = as_choice(what, "what", {"params", "grads"}) == 0 ? models::fsdp_buffer::params
+                                                                               : models::fsdp_buffer::grads;
+        models::record_fsdp_step(t, r, buffer,
+                                 {.train = train,
+                                  .micro_batches = as_size(micro_batches, "micro_batches"),
+                                  .recompute = recompute,
+                                  .prefetch = as_size(prefetch, "prefetch"),
+                                  .grad_depth = as_size(grad_depth, "grad_depth"),
+                                  .request_multiple = as_u64(request_multiple, "request_multiple")});
+      },
+      nb::arg("trace"), nb::arg("units"), nb::arg("what"), nb::kw_only(), nb::arg("non_unit") = nb::tuple(),
+      nb::arg("train") = d.train, nb::arg("micro_batches") = d.micro_batches, nb::arg("recompute") = d.recompute,
+      nb::arg("prefetch") = d.prefetch, nb::arg("grad_depth") = d.grad_depth,
+      nb::arg("request_multiple") = d.request_multiple,
+      "Records one modelled Megatron-FSDP step of the 'params' or 'grads' double buffer into `trace` (which "
+      "declares the buckets): `units` in forward order, each a list of (bucket, bytes); requests are the bytes "
+      "rounded up to request_multiple (1: as given). Bad input is refused before anything is recorded "
+      "(pool/fsdp_trace.hpp).");
+}
+
 }  // namespace
 
 void bind_pool_lifetimes(nb::module_& sub) {
+  nb::list planners;
+  for (auto const name : lifetime_planners) planners.append(nb::str(name.data(), name.size()));
+  sub.attr("lifetime_planners") = nb::tuple(planners);
+
   nb::class_<lease_trace>(sub, "LeaseTrace",
                           "A recorded step (or several) of one allocator: declared buckets, then acquire / release "
                           "events and step boundaries; written and read as the versioned text format (docs/pool.md).")
@@ -199,6 +261,9 @@ void bind_pool_lifetimes(nb::module_& sub) {
       .def_prop_ro("plan", [](learning_arena const& a) { return a.plan(); })
       .def_prop_ro("trace", [](learning_arena const& a) { return a.trace(); }, "A copy of the recorded trace.")
       .def("stats", [](learning_arena const& a) { return stats_of(a.stats()); });
+
+  nb::module_ models_module = nb::borrow<nb::module_>(sub.attr("models"));  // bind_pool made it first
+  bind_fsdp_step(models_module);
 }
 
 }  // namespace headroom::python

@@ -11,7 +11,7 @@ namespace nb = nanobind;
 
 void bind_errors(nb::module_& m);
 void bind_pool(nb::module_& m);
-void bind_pool_lifetimes(nb::module_& sub);  // pool_lifetimes.cpp, into headroom._core.pool
+void bind_pool_lifetimes(nb::module_& sub);  // bind_pool_lifetimes.cpp, into headroom._core.pool (and .models)
 void bind_pipeline(nb::module_& m);
 void bind_pipeline_buffers(nb::module_& m);  // pipeline_buffers.cpp, into the pipeline submodule
 void bind_cp(nb::module_& m);
