@@ -2,7 +2,6 @@
 // pool::models::record_fsdp_step over buckets an adapter declared (fsdp_requests): the exact
 // lease sequence of Megatron-FSDP's params and grads schedules, and bad input refused before
 // anything is recorded.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <cstdint>
