@@ -17,8 +17,11 @@ that a replayed graph writes, param_and_grad_buffer.py ``zero_grad``). Variants 
                      that reads the offsets on the host)
 
 Allocators (``--allocators``): ``headroom.torch.megatron_fsdp.install(planner=...)`` for each
-planner named, and Megatron's own MaxPool (``megatron_maxpool``) as the control. One process pair
-per (variant, allocator), fresh CUDA and NCCL state (a failed capture can leave either unusable).
+planner named; ``PLANNER@nccl``: the same with the arena laid inside a ``torch.cuda.MemPool`` on
+ProcessGroupNCCL's allocator (``ncclMemAlloc``) and that pool registered with the group
+(``register_mem_pool``) before capture, as bench/megatron_fsdp_pool_dp2.py registers it; and
+Megatron's own MaxPool (``megatron_maxpool``) as the control. One process pair per (variant,
+allocator), fresh CUDA and NCCL state (a failed capture can leave either unusable).
 
 Per rank, the protocol (docs/torch.md, "CUDA graphs over the arena"):
   1. ``--warmup`` eager forward+backward steps of causal-LM loss on static token ids (different
@@ -64,6 +67,7 @@ inside a replayed graph is not watched by torch, so each run also has --child-ti
 whole bench stops launching runs after --deadline seconds.
 """
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -302,23 +306,21 @@ def run_rank(rank, args, out_path):
         device = torch.device("cpu")
     else:
         device = init_rank(rank, args)
-    capture_broke = False
     try:
-        capture_broke = body(rank, args, device, res)
+        body(rank, args, device, res)
     except Exception as e:  # noqa: BLE001 - reported by the parent
         res["error"] = f"{first_line(e)} at {where(e)}\n{traceback.format_exc()[-3000:]}"
     Path(f"{out_path}.rank{rank}").write_text(json.dumps(res, default=str))
-    if capture_broke or res["error"]:
-        # NCCL work of an invalidated capture never ran on any rank: leave without collectives
-        sys.stdout.flush()
-        os._exit(0)
-    dist.barrier()
-    dist.destroy_process_group()
+    # every rank's work is done (or an invalidated capture left NCCL mid-step): leave without the
+    # teardown collectives, and without tearing down a registered pool under a live graph
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
-def body(rank, args, device, res) -> bool:
-    """Steps 1-5 of the protocol on one rank; True when a capture failed (the process group and
-    Megatron's state may then be mid-step)."""
+def body(rank, args, device, res) -> None:
+    """Steps 1-5 of the protocol on one rank, into `res`. After a failed capture the process
+    group and Megatron's state may be mid-step: nothing collective runs after it."""
     import torch
     import torch.distributed as dist
     from megatron_fsdp import MixedPrecisionPolicy, fully_shard_model
@@ -330,7 +332,12 @@ def body(rank, args, device, res) -> bool:
     if args.allocator != MAXPOOL:
         from headroom.torch import megatron_fsdp as hm
 
-        hm.install(planner=args.allocator)
+        hm.install(planner=args.allocator.partition("@")[0])
+    nccl_pool = None
+    if args.allocator.endswith("@nccl"):
+        # the arena in a MemPool on ProcessGroupNCCL's allocator (ncclMemAlloc), registered with the
+        # group once it is laid: NCCL registration and the graph on the same memory
+        nccl_pool = torch.cuda.MemPool(dist.group.WORLD._get_backend(device).mem_allocator)
     mesh = init_device_mesh(device.type, (args.world_size, 1), mesh_dim_names=("fsdp", "tp"))
     model, impl = build_model(args.variant, args.seq, device, args.hidden, args.experts)
     check_pattern(model, VARIANTS[args.variant]["pattern"])
@@ -369,7 +376,14 @@ def body(rank, args, device, res) -> bool:
         fsdp.zero_grad_buffer()
         step()
         if hm is not None:
-            hm.end_step()
+            with torch.cuda.use_mem_pool(nccl_pool) if nccl_pool is not None else contextlib.nullcontext():
+                hm.end_step()
+            if nccl_pool is not None and "nccl_pool" not in res:
+                dist.group.WORLD._get_backend(device).register_mem_pool(nccl_pool)
+                res["nccl_pool"] = {"segments": len(nccl_pool.snapshot()),
+                                    "arenas_inside": [any(seg["address"] <= a.arena.data_ptr() < seg["address"] + seg["total_size"]
+                                                          for seg in nccl_pool.snapshot())
+                                                      for a in hm.allocators() if a.arena is not None]}
     torch.cuda.synchronize()
     if hm is not None:
         res["arenas"] = [{k: r[k] for k in ("name", "planner", "arena_bytes", "bound", "winner", "fallbacks")}
@@ -430,7 +444,7 @@ def body(rank, args, device, res) -> bool:
                  trace=traceback.format_exc()[-2500:])
         phase[0] = "done"
         try_graphed_units(fsdp, sample, res)
-        return True
+        return
     phase[0] = "done"
     torch.cuda.synchronize()
     dist.barrier()
@@ -457,7 +471,6 @@ def body(rank, args, device, res) -> bool:
         eager_median_ms=statistics.median(eager_ms), replay_median_ms=statistics.median(replay_ms))
     if args.dry_run:
         try_graphed_units(fsdp, sample, res)
-    return False
 
 
 def try_graphed_units(fsdp, sample, res) -> None:
@@ -525,6 +538,10 @@ def lines_of(run: dict) -> tuple:
                        f"buffers at fixed addresses {yn(ok['addresses_fixed'])}"
                        + ("" if lease_ok[0] is None else f", capture leases at the eager step's addresses "
                           f"{yn(all(lease_ok))} ({per[0]['leases']} leases)")
+                       + ("" if not ranks[0].get("nccl_pool") else
+                          f", every arena inside the registered NCCL pool "
+                          f"{yn(all(all(r['nccl_pool']['arenas_inside']) for r in ranks))} "
+                          f"({ranks[0]['nccl_pool']['segments']} segments)")
                        + f"; median step eager {eager:.2f} ms, replay {replay:.2f} ms (x{replay / eager:.3f})")
             if not all(ok.values()) or (lease_ok[0] is not None and not all(lease_ok)):
                 bad = "mismatch"
@@ -561,7 +578,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--variants", default="dense,hybrid-grouped_mm,hybrid-eager")
     ap.add_argument("--allocators", default="interval,megatron_maxpool",
-                    help="headroom planners (max, by_bytes, interval) and/or megatron_maxpool")
+                    help="headroom planners (max, by_bytes, interval; PLANNER@nccl: the arena in a MemPool on "
+                         "ProcessGroupNCCL's allocator, registered with the group) and/or megatron_maxpool")
     ap.add_argument("--seq", type=int, default=512)
     ap.add_argument("--hidden", type=int, default=SIZE["hidden"])
     ap.add_argument("--experts", type=int, default=SIZE["experts"])
@@ -590,8 +608,11 @@ def main() -> int:
         if v not in VARIANTS:
             ap.error(f"--variants: {v!r}; expected some of {', '.join(VARIANTS)}")
     for a in args.allocators.split(","):
-        if a not in ("max", "by_bytes", "interval", MAXPOOL):
-            ap.error(f"--allocators: {a!r}; expected some of max, by_bytes, interval, {MAXPOOL}")
+        if a.partition("@")[0] not in ("max", "by_bytes", "interval") and a != MAXPOOL or a.partition("@")[2] not in ("", "nccl"):
+            ap.error(f"--allocators: {a!r}; expected some of max, by_bytes, interval (each optionally with @nccl: "
+                     f"the arena in a registered ProcessGroupNCCL pool), {MAXPOOL}")
+        if a.endswith("@nccl") and args.dry_run:
+            ap.error(f"--allocators {a}: @nccl needs NCCL (not --dry-run)")
     if args.warmup < 2:
         ap.error(f"--warmup {args.warmup}: expected >= 2 (headroom learns on step 0 and lays its arena after it)")
     if args.iters < 2 or args.replays < 1:
