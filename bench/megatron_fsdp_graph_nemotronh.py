@@ -27,8 +27,10 @@ Per rank, the protocol (docs/torch.md, "CUDA graphs over the arena"):
   1. ``--warmup`` eager forward+backward steps of causal-LM loss on static token ids (different
      per rank), ``zero_grad_buffer()`` before and ``end_step()`` after each: the first step is
      headroom's learning step, ``end_step()`` lays the arena; the later ones run on it;
-  2. ``--iters`` eager steps timed with CUDA events; the last one is the reference: its loss and
-     every parameter group's main-gradient shard (Megatron's ``main_grad_buffer``) are cloned;
+  2. ``--iters`` eager steps timed with CUDA events, each compared with the one before (a replay
+     is only held to what eager repeats); the last one is the reference: its loss and every
+     parameter's main-gradient shard (``param.grad`` of Megatron's optimizer parameters, a view
+     of its main-gradient buffer) are cloned;
   3. strategy (a): barrier, synchronize, ``torch.cuda.graph(g, stream=<new stream>,
      capture_error_mode=--capture-error-mode)`` around one forward+backward (Megatron-LM's
      FullCudaGraphWrapper recipe), synchronize, barrier; then ``--replays`` replays, each after
@@ -43,8 +45,8 @@ Per rank, the protocol (docs/torch.md, "CUDA graphs over the arena"):
      whether it is importable here; it is not run (see the "blocked:" line it prints).
 
 Prints one line per (variant, allocator, strategy): PASS with the checks and the median step times
-(eager, replay, ratio), or FAIL with the exception's type, first line and the innermost frame
-outside torch; a "blocked: ..." line for every strategy that cannot capture; then one JSON line,
+(eager, replay, ratio), or FAIL with the exception's type, first line and where it was raised
+(the cause, not torch.cuda.graph's "capture invalidated" that follows it); a "blocked: ..." line for every strategy that cannot capture; then one JSON line,
 also written to $OUT/megatron_fsdp_graph_nemotronh.json (rewritten after every run, so a run cut
 short keeps what it did). Exit 1 when a captured graph's replay is not bit-equal to eager (or
 eager steps are not bit-equal to each other) or an address moved; else 2 when a run ended without
@@ -55,12 +57,19 @@ headroom.
 
   python3 bench/megatron_fsdp_graph_nemotronh.py [--variants dense,hybrid-grouped_mm,hybrid-eager]
          [--allocators interval,megatron_maxpool] [--seq 512] [--batch 2] [--replays 10]
+  python3 bench/megatron_fsdp_graph_nemotronh.py --allocators interval@nccl --variants dense,hybrid-grouped_mm
   python3 bench/megatron_fsdp_graph_nemotronh.py --predict   # CPU: no GPU, no process group
+  python3 bench/megatron_fsdp_graph_nemotronh.py --dry-run --hidden 256 --seq 32 --batch 1 \
+         --warmup 2 --iters 2 --replays 1 --deadline 1500 --child-timeout 400   # CPU, about 10 min
 
 ``--predict`` builds every variant on the meta device, checks its block pattern, runs forward and
 backward there (a meta tensor cannot be read on the host: ``.item()``, ``nonzero`` and Python
 branches on tensor values raise, which is what a capture rejects), prints headroom's arena
 prediction for it (``headroom.torch.megatron_fsdp.predict``) and the nccl_ub import check.
+``--dry-run`` runs every (variant, allocator) on CPU (gloo, 2 processes, torch.cuda's stream and
+event calls stubbed as in python/tests/adapters/test_megatron_fsdp_run.py) with eager steps
+standing in for capture and replays: it checks the bench's bookkeeping (leases, addresses,
+comparisons, strategy (b)), not CUDA graphs.
 
 Every collective of the process group times out after --collective-timeout seconds; NCCL work
 inside a replayed graph is not watched by torch, so each run also has --child-timeout, and the
@@ -116,7 +125,7 @@ def build_model(variant: str, seq: int, device, hidden: int = SIZE["hidden"], ex
     with torch.device(device):
         model = NemotronHForCausalLM(cfg)
     model = model.to(getattr(torch, v["dtype"]))
-    return model, model.config._experts_implementation
+    return model, getattr(model.config, "_experts_implementation", "n/a (this transformers has no experts_implementation)")
 
 
 def check_pattern(model, pattern: str) -> None:
@@ -340,7 +349,11 @@ def body(rank, args, device, res) -> None:
         nccl_pool = torch.cuda.MemPool(dist.group.WORLD._get_backend(device).mem_allocator)
     mesh = init_device_mesh(device.type, (args.world_size, 1), mesh_dim_names=("fsdp", "tp"))
     model, impl = build_model(args.variant, args.seq, device, args.hidden, args.experts)
-    check_pattern(model, VARIANTS[args.variant]["pattern"])
+    try:  # --predict and --dry-run check it; here a renamed mixer class must not cost the run
+        check_pattern(model, VARIANTS[args.variant]["pattern"])
+        res["pattern_check"] = "ok"
+    except RuntimeError as e:
+        res["pattern_check"] = str(e)
     res["experts_implementation"] = impl
     fsdp = fully_shard_model(
         model, device_mesh=mesh, dp_shard_dim="fsdp", tp_dim="tp", expt_device_mesh=mesh,
@@ -511,6 +524,8 @@ def lines_of(run: dict) -> tuple:
         why = run.get("error") or next((r["error"] for r in ranks if r.get("error")), "no rank result")
         return [f"{tag}: ERROR (no verdict) {why.splitlines()[0]}"], [], "error"
     out, blocked, bad = [], [], "ok"
+    if ranks[0].get("pattern_check", "ok") != "ok":
+        out.append(f"{tag}: note: {ranks[0]['pattern_check']}")
     impl = ranks[0].get("experts_implementation") if "E" in VARIANTS[run["variant"]]["pattern"] else None
     if not all(r.get("eager_repeats", True) for r in ranks):
         first = next((c for r in ranks for c in r.get("eager_repeat_checks", [])
