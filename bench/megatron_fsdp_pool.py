@@ -181,14 +181,19 @@ def plan_only(args) -> None:
 
 
 def init_rank(rank, args):
-    """One rank's CUDA device and NCCL process group; deterministic kernels, no TF32."""
+    """One rank's CUDA device and NCCL process group; deterministic kernels, no TF32. With
+    ``args.collective_timeout`` (seconds) set, every collective of the group times out after it."""
+    import datetime
+
     import torch
     import torch.distributed as dist
 
     torch.cuda.set_device(rank)
     device = torch.device("cuda", rank)
+    timeout = getattr(args, "collective_timeout", None)
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{args.port}", rank=rank,
-                            world_size=args.world_size, device_id=device)
+                            world_size=args.world_size, device_id=device,
+                            **({"timeout": datetime.timedelta(seconds=timeout)} if timeout else {}))
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False

@@ -78,17 +78,28 @@ CONFIGS = {
 MAXPOOL = "megatron_maxpool"
 
 
-def model_config(hidden, experts, seq):
+def model_config(hidden, experts, seq, pattern=PATTERN):
+    """The NemotronH config of a bench row; ``pattern``: the block pattern (M, E, *), PATTERN by default."""
     from transformers import NemotronHConfig
 
     return NemotronHConfig(
         hidden_size=hidden, n_routed_experts=experts, num_experts_per_tok=2,
         moe_intermediate_size=hidden, moe_shared_expert_intermediate_size=hidden // 2,
-        hybrid_override_pattern=PATTERN, use_mamba_kernels=False,
+        hybrid_override_pattern=pattern, use_mamba_kernels=False,
         mamba_num_heads=2 * hidden // 64, mamba_head_dim=64, n_groups=8, ssm_state_size=128,
         num_attention_heads=hidden // 128, num_key_value_heads=2, head_dim=128,
         vocab_size=131072, max_position_embeddings=max(4096, seq), use_cache=False,
     )
+
+
+def require_headroom_and_nemotronh(skip_fn) -> None:
+    """Calls skip_fn(why) without headroom's Python package or transformers' NemotronH."""
+    if not import_headroom():
+        skip_fn("headroom's Python package is not importable (pip install . from the repository)")
+    try:
+        from transformers import NemotronHConfig  # noqa: F401
+    except ImportError as e:
+        skip_fn(f"transformers with NemotronH is not importable ({e})")
 
 
 def unit_classes():
@@ -290,13 +301,7 @@ def main() -> int:
             ap.error(f"--configs: {name!r}; expected some of {', '.join(CONFIGS)}")
     if args.hsdp and (args.world_size < 4 or args.world_size % 2):
         ap.error(f"--hsdp needs an even --world-size >= 4 (dp_outer 2 x dp_shard world/2); got {args.world_size}")
-    if not import_headroom():
-        skip("headroom's Python package is not importable (pip install . from the repository)")
-    try:
-        import transformers  # noqa: F401
-        from transformers import NemotronHConfig  # noqa: F401
-    except ImportError as e:
-        skip(f"transformers with NemotronH is not importable ({e})")
+    require_headroom_and_nemotronh(skip)
     if args.predict:
         return predict(args)
     require_gpus_and_megatron(args.world_size)

@@ -1,0 +1,734 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+# headroom: needs 2 GPUs
+"""CUDA-graph capture of Megatron-FSDP 0.6.1 over headroom's arena, on transformers' NemotronH.
+
+The model, mesh and ``fully_shard_model`` call are bench/megatron_fsdp_pool_nemotronh.py's
+(``model_config``, one FSDP unit per ``NemotronHBlock``, ZeRO-3, ``fsdp_double_buffer=True``,
+``maxpool_double_buffer=True``, fp32 main params and grads, bf16 gradient communication), plus
+``cuda_graph_mode=True`` (megatron-fsdp 0.6.1: ``zero_grad`` keeps the sharded-gradient references
+that a replayed graph writes, param_and_grad_buffer.py ``zero_grad``). Variants (``--variants``):
+
+  dense              pattern "M*M*M*M*" (Mamba2 + attention, no MoE), fp32 weights
+  hybrid-eager       the full "MEMEM*EMEMEM*EMEMEM*EMEM", transformers' eager experts loop
+                     (nonzero + .item() per expert: expected not to capture)
+  hybrid-grouped_mm  the full pattern, experts_implementation="grouped_mm" (histc, sort,
+                     torch grouped_mm), bf16 weights (torch's fp32 grouped_mm falls back to a loop
+                     that reads the offsets on the host)
+
+Allocators (``--allocators``): ``headroom.torch.megatron_fsdp.install(planner=...)`` for each
+planner named; ``PLANNER@nccl``: the same with the arena laid inside a ``torch.cuda.MemPool`` on
+ProcessGroupNCCL's allocator (``ncclMemAlloc``) and that pool registered with the group
+(``register_mem_pool``) before capture, as bench/megatron_fsdp_pool_dp2.py registers it; and
+Megatron's own MaxPool (``megatron_maxpool``) as the control. One process pair per (variant,
+allocator), fresh CUDA and NCCL state (a failed capture can leave either unusable).
+
+Per rank, the protocol (docs/torch.md, "CUDA graphs over the arena"):
+  1. ``--warmup`` eager forward+backward steps of causal-LM loss on static token ids (different
+     per rank), ``zero_grad_buffer()`` before and ``end_step()`` after each: the first step is
+     headroom's learning step, ``end_step()`` lays the arena; the later ones run on it;
+  2. ``--iters`` eager steps timed with CUDA events, each compared with the one before (a replay
+     is only held to what eager repeats); the last one is the reference: its loss and every
+     parameter's main-gradient shard (``param.grad`` of Megatron's optimizer parameters, a view
+     of its main-gradient buffer) are cloned;
+  3. strategy (a): barrier, synchronize, ``torch.cuda.graph(g, stream=<new stream>,
+     capture_error_mode=--capture-error-mode)`` around one forward+backward (Megatron-LM's
+     FullCudaGraphWrapper recipe), synchronize, barrier; then ``--replays`` replays, each after
+     ``zero_grad_buffer()`` (outside the graph), timed with CUDA events: loss and every main-gradient
+     shard torch.equal to the reference; then one more eager step, equal too;
+  4. fixed addresses: every arena's address, size and plan fingerprint (MaxPool: every fsdp_*
+     global buffer's address and size) before capture, after capture and after the replays, and
+     the arena leases the capture made (address, size; ``add_lease_listener``) against the eager
+     reference step's: all the same;
+  5. strategy (b), only when (a) fails: ``torch.cuda.make_graphed_callables`` over the FSDP units;
+  6. ``nccl_ub=True`` (parent, no GPU work): what Megatron-FSDP's nccl_ub path imports and
+     whether it is importable here; it is not run (see the "blocked:" line it prints).
+
+Prints one line per (variant, allocator, strategy): PASS with the checks and the median step times
+(eager, replay, ratio), or FAIL with the exception's type, first line and where it was raised
+(the cause, not torch.cuda.graph's "capture invalidated" that follows it); a "blocked: ..." line for every strategy that cannot capture; then one JSON line,
+also written to $OUT/megatron_fsdp_graph_nemotronh.json (rewritten after every run, so a run cut
+short keeps what it did). Exit 1 when a captured graph's replay is not bit-equal to eager (or
+eager steps are not bit-equal to each other) or an address moved; else 2 when a run ended without
+a verdict (an error before capture, a crash, --child-timeout: its "ERROR (no verdict)" line and
+the run's stderr are printed); else 0: strategies that cannot capture are "blocked:" lines, not
+failures. "skipped: ..." and 77 without 2 GPUs, torch, transformers' NemotronH, megatron_fsdp or
+headroom.
+
+  python3 bench/megatron_fsdp_graph_nemotronh.py [--variants dense,hybrid-grouped_mm,hybrid-eager]
+         [--allocators interval,megatron_maxpool] [--seq 512] [--batch 2] [--replays 10]
+  python3 bench/megatron_fsdp_graph_nemotronh.py --allocators interval@nccl --variants dense,hybrid-grouped_mm
+  python3 bench/megatron_fsdp_graph_nemotronh.py --predict   # CPU: no GPU, no process group
+  python3 bench/megatron_fsdp_graph_nemotronh.py --dry-run --hidden 256 --seq 32 --batch 1 \
+         --warmup 2 --iters 2 --replays 1 --deadline 1500 --child-timeout 400   # CPU, about 10 min
+
+``--predict`` builds every variant on the meta device, checks its block pattern, runs forward and
+backward there (a meta tensor cannot be read on the host: ``.item()``, ``nonzero`` and Python
+branches on tensor values raise, which is what a capture rejects), prints headroom's arena
+prediction for it (``headroom.torch.megatron_fsdp.predict``) and the nccl_ub import check.
+``--dry-run`` runs every (variant, allocator) on CPU (gloo, 2 processes, torch.cuda's stream and
+event calls stubbed as in python/tests/adapters/test_megatron_fsdp_run.py) with eager steps
+standing in for capture and replays: it checks the bench's bookkeeping (leases, addresses,
+comparisons, strategy (b)), not CUDA graphs.
+
+Every collective of the process group times out after --collective-timeout seconds; NCCL work
+inside a replayed graph is not watched by torch, so each run also has --child-timeout, and the
+whole bench stops launching runs after --deadline seconds.
+"""
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from megatron_fsdp_pool import init_rank  # noqa: E402 - the sibling benches' helpers
+from megatron_fsdp_pool_nemotronh import (  # noqa: E402
+    CONFIGS, MAXPOOL, PATTERN, model_config, require_headroom_and_nemotronh, unit_classes)
+
+SKIP = 77
+NAME = "megatron_fsdp_graph_nemotronh"
+VARIANTS = {
+    "dense": dict(pattern="M*M*M*M*", experts_implementation=None, dtype="float32"),
+    "hybrid-eager": dict(pattern=PATTERN, experts_implementation="eager", dtype="float32"),
+    "hybrid-grouped_mm": dict(pattern=PATTERN, experts_implementation="grouped_mm", dtype="bfloat16"),
+}
+SIZE = CONFIGS["h1024"]  # hidden 1024, 8 experts (the pool bench's h1024 row); seq and batch: --seq, --batch
+
+
+def skipped(why: str) -> None:
+    print(f"skipped: {why}", flush=True)
+    sys.exit(SKIP)
+
+
+def build_model(variant: str, seq: int, device, hidden: int = SIZE["hidden"], experts: int = SIZE["experts"]):
+    """NemotronHForCausalLM of `variant` on `device` (its dtype), seeded: the same weights in every
+    run. Returns (model, experts implementation transformers chose)."""
+    import torch
+    from transformers import NemotronHForCausalLM
+
+    v = VARIANTS[variant]
+    cfg = model_config(hidden, experts, seq, pattern=v["pattern"])
+    if v["experts_implementation"] is not None:
+        cfg._experts_implementation = v["experts_implementation"]
+    torch.manual_seed(1234)
+    with torch.device(device):
+        model = NemotronHForCausalLM(cfg)
+    model = model.to(getattr(torch, v["dtype"]))
+    return model, getattr(model.config, "_experts_implementation", "n/a (this transformers has no experts_implementation)")
+
+
+def check_pattern(model, pattern: str) -> None:
+    """The built model has one NemotronHBlock per pattern symbol, of the symbol's kind."""
+    kinds = {"M": "mamba", "*": "attention", "E": "moe", "-": "mlp"}
+    blocks = [m for m in model.modules() if isinstance(m, tuple(unit_classes()))]
+    got = [type(b.mixer).__name__.lower() for b in blocks]
+    want = [kinds[c] for c in pattern]
+    if len(got) != len(want) or any(w not in g for g, w in zip(got, want)):
+        raise RuntimeError(f"pattern {pattern!r}: the model has blocks {got}; expected {want}")
+
+
+def pin_single_sequence_masks() -> None:
+    """transformers' mask code detects packed sequences from position_ids with a host read
+    (masking_utils.find_packed_sequence_indices: ``(...).all()``) in eager mode and takes a static
+    path while a CUDA stream captures, so eager and captured steps would build different attention
+    masks. The bench's rows are single sequences: both modes get None (no packing), the same
+    attention kernel, and the host read is gone."""
+    import transformers.masking_utils as mu
+
+    if hasattr(mu, "find_packed_sequence_indices"):
+        mu.find_packed_sequence_indices = lambda position_ids: None
+
+
+def where(e: BaseException) -> str:
+    """Where `e` was raised: the innermost frame of its traceback, and the innermost one outside
+    torch when that is another (file:line in function)."""
+    frames = traceback.extract_tb(e.__traceback__)
+    if not frames:
+        return "?"
+    name = lambda f: f"{Path(f.filename).name}:{f.lineno} in {f.name}"  # noqa: E731
+    outside = [f for f in frames if "/torch/" not in f.filename]
+    if not outside or outside[-1] is frames[-1]:
+        return name(frames[-1])
+    return f"{name(frames[-1])}, called from {name(outside[-1])}"
+
+
+def first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"
+
+
+def root_cause(e: BaseException) -> BaseException:
+    """The exception that started it: torch.cuda.graph's exit ends the capture and raises its own
+    error (the capture was invalidated) with the body's exception as its context."""
+    seen = set()
+    while e.__context__ is not None and id(e) not in seen and not e.__suppress_context__:
+        seen.add(id(e))
+        e = e.__context__
+    return e
+
+
+def nccl_ub_feasibility() -> dict:
+    """What megatron_fsdp 0.6.1's nccl_ub path needs (param_and_grad_buffer.py imports
+    megatron.core.nccl_allocator, else apex.contrib.nccl_allocator; asserts one is there when
+    nccl_ub=True) and what is importable here."""
+    import importlib
+
+    found = {}
+    for mod in ("megatron.core.nccl_allocator", "apex.contrib.nccl_allocator"):
+        try:
+            importlib.import_module(mod)
+            found[mod] = "importable"
+        except Exception as e:  # noqa: BLE001 - reported
+            found[mod] = first_line(e)
+    try:
+        import megatron_fsdp.param_and_grad_buffer as pgb
+
+        chosen = pgb.NCCL_ALLOCATOR
+    except Exception as e:  # noqa: BLE001 - reported
+        chosen = f"megatron_fsdp not importable ({first_line(e)})"
+    import torch
+
+    ok = any(v == "importable" for v in found.values())
+    reasons = []
+    if not ok:
+        reasons.append("neither megatron.core.nccl_allocator nor apex.contrib.nccl_allocator is importable "
+                       "(megatron-core is not installed; PyPI's 'apex' is an unrelated package, NVIDIA apex "
+                       "is built from source)")
+    reasons.append("megatron.core.nccl_allocator.init() sets NCCL_NVLS_ENABLE=1 and registers the pool "
+                   "symmetrically unless disable_symmetric_registration=True; NVLink multicast must stay off on "
+                   "the lent machines")
+    reasons.append("it JIT-builds its ncclMemAlloc allocator (torch.utils.cpp_extension.load_inline, -lnccl) "
+                   "at init: nvcc and nccl.h at run time")
+    return {"imports": found, "megatron_fsdp_NCCL_ALLOCATOR": chosen, "torch": torch.__version__,
+            "usable": ok, "run": False, "reasons": reasons}
+
+
+# ---------------------------------------------------------------------------------------------
+# --predict (CPU)
+
+
+def predict(args) -> int:
+    import torch
+
+    pin_single_sequence_masks()
+    rows = []
+    for variant in args.variants.split(","):
+        v = VARIANTS[variant]
+        model, impl = build_model(variant, args.seq, "meta", args.hidden, args.experts)
+        check_pattern(model, v["pattern"])
+        n_blocks = sum(isinstance(m, tuple(unit_classes())) for m in model.modules())
+        ids = torch.zeros(args.batch, args.seq, dtype=torch.long, device="meta")
+        try:
+            model(input_ids=ids, labels=ids).loss.backward()
+            host = "none (forward+backward ran on the meta device)"
+            capturable = True
+        except Exception as e:  # noqa: BLE001 - the prediction
+            host = f"{first_line(e)[:160]} at {where(e)}"
+            capturable = False
+        row = {"variant": variant, "pattern": v["pattern"], "experts_implementation": impl, "dtype": v["dtype"],
+               "blocks": n_blocks, "host_reads": host, "predicted_capturable": capturable}
+        try:
+            from headroom.torch import megatron_fsdp as hm
+
+            p = hm.predict(model, unit_classes(), grad_comm_dtype=torch.bfloat16, dp=args.world_size)
+            row["arena_MiB"] = {pool: {k: round(r[k] / 2**20, 2) for k in ("megatron_planned", "interval", "bound")}
+                                for pool, r in p.items()}
+        except ImportError as e:
+            row["arena_MiB"] = f"not predicted: {first_line(e)}"
+        rows.append(row)
+        print(f"{variant:18s} pattern {v['pattern']} ({n_blocks} blocks checked), experts {impl}, "
+              f"{v['dtype']}: host reads in forward+backward: {host}", flush=True)
+        if isinstance(row["arena_MiB"], dict):
+            print(f"{'':18s} arena MiB " + "; ".join(f"{pool}: " + ", ".join(f"{k} {x}" for k, x in r.items())
+                                                      for pool, r in row["arena_MiB"].items()), flush=True)
+    ub = nccl_ub_feasibility()
+    print(f"nccl_ub: megatron_fsdp picks {ub['megatron_fsdp_NCCL_ALLOCATOR']}; " +
+          "; ".join(f"{k}: {v}" for k, v in ub["imports"].items()), flush=True)
+    print(json.dumps({"bench": NAME, "mode": "predict", "variants": rows, "nccl_ub": ub}, default=str), flush=True)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# one run: one process per rank
+
+
+def arena_state(hm, mutils) -> list:
+    """Where the double buffers live: every headroom arena (address, bytes, plan fingerprint,
+    fallbacks) or every Megatron fsdp_* global buffer (address, bytes)."""
+    if hm is not None:
+        return [[a.name, a.arena.data_ptr() if a.arena is not None else None,
+                 a.arena.numel() if a.arena is not None else 0,
+                 a.plan.fingerprint if a.plan is not None else None,
+                 sum(a.report()["fallbacks"].values())] for a in hm.allocators()]
+    return sorted([k[0], v.data_ptr(), v.numel() * v.element_size()]
+                  for k, v in mutils.get_global_memory_buffer().buffer.items() if k[0].startswith("fsdp_"))
+
+
+def main_grads(fsdp) -> list:
+    """(name, this rank's shard) of every parameter's main gradient, as the optimizer sees it
+    (``param.grad``, a view of Megatron's main-gradient buffer, attached by finish_grad_sync).
+    Not the whole buffer: its alignment padding is no parameter's and holds whatever the
+    communication bucket's padding held."""
+    out = []
+    for name, p in fsdp.param_and_grad_buffer.optimizer_named_parameters:
+        g = p.grad
+        out.append((name, None if g is None else getattr(g, "_local_tensor", g)))
+    return out
+
+
+def compare(fsdp, loss, ref) -> dict:
+    """torch.equal of the loss and of every parameter's main-gradient shard against the reference."""
+    import torch
+
+    bad = [n for (n, t), (_, r) in zip(main_grads(fsdp), ref["grads"])
+           if (t is None) != (r is None) or (t is not None and not torch.equal(t, r))]
+    return {"loss_equal": bool(torch.equal(loss, ref["loss"])), "grads_equal": not bad,
+            "grads": sum(r is not None for _, r in ref["grads"]), "first_bad_grad": bad[0] if bad else None}
+
+
+def run_rank(rank, args, out_path):
+    import torch
+    import torch.distributed as dist
+
+    res = {"rank": rank, "variant": args.variant, "allocator": args.allocator, "error": None, "strategies": {}}
+    if args.dry_run:
+        import datetime
+
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python" / "tests" / "adapters"))
+        from test_megatron_fsdp_run import _stub_cuda  # torch.cuda's stream/event/device calls as CPU no-ops
+
+        _stub_cuda()
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}", rank=rank,
+                                world_size=args.world_size,
+                                timeout=datetime.timedelta(seconds=args.collective_timeout))
+        device = torch.device("cpu")
+    else:
+        device = init_rank(rank, args)
+    try:
+        body(rank, args, device, res)
+    except Exception as e:  # noqa: BLE001 - reported by the parent
+        res["error"] = f"{first_line(e)} at {where(e)}\n{traceback.format_exc()[-3000:]}"
+    Path(f"{out_path}.rank{rank}").write_text(json.dumps(res, default=str))
+    # every rank's work is done (or an invalidated capture left NCCL mid-step): leave without the
+    # teardown collectives, and without tearing down a registered pool under a live graph
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def body(rank, args, device, res) -> None:
+    """Steps 1-5 of the protocol on one rank, into `res`. After a failed capture the process
+    group and Megatron's state may be mid-step: nothing collective runs after it."""
+    import torch
+    import torch.distributed as dist
+    from megatron_fsdp import MixedPrecisionPolicy, fully_shard_model
+    from megatron_fsdp import utils as mutils
+    from torch.distributed.device_mesh import init_device_mesh
+
+    pin_single_sequence_masks()
+    hm = None
+    if args.allocator != MAXPOOL:
+        from headroom.torch import megatron_fsdp as hm
+
+        hm.install(planner=args.allocator.partition("@")[0])
+    nccl_pool = None
+    if args.allocator.endswith("@nccl"):
+        # the arena in a MemPool on ProcessGroupNCCL's allocator (ncclMemAlloc), registered with the
+        # group once it is laid: NCCL registration and the graph on the same memory
+        nccl_pool = torch.cuda.MemPool(dist.group.WORLD._get_backend(device).mem_allocator)
+    mesh = init_device_mesh(device.type, (args.world_size, 1), mesh_dim_names=("fsdp", "tp"))
+    model, impl = build_model(args.variant, args.seq, device, args.hidden, args.experts)
+    try:  # --predict and --dry-run check it; here a renamed mixer class must not cost the run
+        check_pattern(model, VARIANTS[args.variant]["pattern"])
+        res["pattern_check"] = "ok"
+    except RuntimeError as e:
+        res["pattern_check"] = str(e)
+    res["experts_implementation"] = impl
+    fsdp = fully_shard_model(
+        model, device_mesh=mesh, dp_shard_dim="fsdp", tp_dim="tp", expt_device_mesh=mesh,
+        fsdp_unit_modules=unit_classes(), zero_dp_strategy=3, device=device,
+        fsdp_double_buffer=True, maxpool_double_buffer=True, cuda_graph_mode=True,
+        mixed_precision_policy=MixedPrecisionPolicy(main_params_dtype=torch.float32,
+                                                    main_grads_dtype=torch.float32,
+                                                    grad_comm_dtype=torch.bfloat16),
+    )
+    g = torch.Generator().manual_seed(99 + rank)
+    ids = torch.randint(0, model.config.vocab_size, (args.batch, args.seq), generator=g).to(device)
+
+    def step():
+        loss = fsdp(input_ids=ids, labels=ids).loss
+        loss.backward()
+        return loss
+
+    def timed(fn):
+        """fn() and its milliseconds: CUDA events on the current stream (--dry-run: the host clock)."""
+        if args.dry_run:
+            t = time.perf_counter()
+            out = fn()
+            return out, (time.perf_counter() - t) * 1e3
+        t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        t0.record()
+        out = fn()
+        t1.record()
+        torch.cuda.synchronize()
+        return out, t0.elapsed_time(t1)
+
+    # 1. warm-up: headroom's learning step, then steps on the arena
+    for _ in range(args.warmup):
+        fsdp.zero_grad_buffer()
+        step()
+        if hm is not None:
+            with torch.cuda.use_mem_pool(nccl_pool) if nccl_pool is not None else contextlib.nullcontext():
+                hm.end_step()
+            if nccl_pool is not None and "nccl_pool" not in res:
+                dist.group.WORLD._get_backend(device).register_mem_pool(nccl_pool)
+                res["nccl_pool"] = {"segments": len(nccl_pool.snapshot()),
+                                    "arenas_inside": [any(seg["address"] <= a.arena.data_ptr() < seg["address"] + seg["total_size"]
+                                                          for seg in nccl_pool.snapshot())
+                                                      for a in hm.allocators() if a.arena is not None]}
+    torch.cuda.synchronize()
+    if hm is not None:
+        res["arenas"] = [{k: r[k] for k in ("name", "planner", "arena_bytes", "bound", "winner", "fallbacks")}
+                         for r in hm.report() if r["acquires"]]
+
+    # 2. eager steps, timed; the last one is the reference (its leases recorded)
+    leases = {"eager": [], "capture": []}
+    phase = ["eager"]
+
+    def listen(ev):
+        if ev["action"] == "alloc" and phase[0] in leases:
+            leases[phase[0]].append([ev["allocator"], ev["bucket"], ev["addr"], ev["size"]])
+
+    if hm is not None:
+        hm.add_lease_listener(listen)
+    eager_ms, ref = [], None
+    for i in range(args.iters):
+        leases["eager"].clear()
+        fsdp.zero_grad_buffer()
+        loss, ms = timed(step)
+        eager_ms.append(ms)
+        if ref is not None:  # eager against eager: a replay can only be held to what eager repeats
+            c = compare(fsdp, loss.detach(), ref)
+            res["eager_repeats"] = res.get("eager_repeats", True) and c["loss_equal"] and c["grads_equal"]
+            res.setdefault("eager_repeat_checks", []).append(c)
+        ref = {"loss": loss.detach().clone(),
+               "grads": [(n, None if t is None else t.clone()) for n, t in main_grads(fsdp)]}
+    res["eager_ms"] = eager_ms
+    res["loss"] = ref["loss"].item()
+    before = arena_state(hm, mutils)
+
+    # (b)'s sample inputs, made before any capture (a failed capture may leave the allocator unusable)
+    sample = tuple((torch.zeros(args.batch, args.seq, model.config.hidden_size, device=device,
+                                dtype=next(model.parameters()).dtype, requires_grad=True),)
+                   for _ in range(len(VARIANTS[args.variant]["pattern"])))
+
+    # 3. strategy (a): the whole forward+backward in one graph
+    a = res["strategies"]["a"] = {"what": "whole forward+backward under torch.cuda.graph "
+                                          f"(capture_error_mode={args.capture_error_mode})"}
+    phase[0] = "capture"
+    fsdp.zero_grad_buffer()
+    dist.barrier()
+    torch.cuda.synchronize()
+    try:
+        if args.dry_run:  # no graph on the CPU: the "capture" is an eager step, a "replay" another one
+            static_loss, replay = step(), step
+        else:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=torch.cuda.Stream(), capture_error_mode=args.capture_error_mode):
+                static_loss = step()
+
+            def replay():
+                graph.replay()
+                return static_loss
+    except Exception as e:  # noqa: BLE001 - the strategy's verdict
+        cause = root_cause(e)
+        a.update(status="FAIL", error=first_line(cause), where=where(cause), raised_as=first_line(e),
+                 trace=traceback.format_exc()[-2500:])
+        phase[0] = "done"
+        try_graphed_units(fsdp, sample, res)
+        return
+    phase[0] = "done"
+    torch.cuda.synchronize()
+    dist.barrier()
+    after_capture = arena_state(hm, mutils)
+    replay_ms, checks = [], []
+    for _ in range(args.replays):
+        fsdp.zero_grad_buffer()
+        out, ms = timed(replay)
+        replay_ms.append(ms)
+        checks.append(compare(fsdp, out.detach(), ref))
+    after_replay = arena_state(hm, mutils)
+    fsdp.zero_grad_buffer()
+    eager_after = compare(fsdp, step().detach(), ref)
+    torch.cuda.synchronize()
+    a.update(
+        status="PASS", replays=len(checks),
+        loss_equal=all(c["loss_equal"] for c in checks), grads_equal=all(c["grads_equal"] for c in checks),
+        grads=checks[0]["grads"] if checks else 0, dry_run=args.dry_run,
+        first_bad=next((c for c in checks if not (c["loss_equal"] and c["grads_equal"])), None),
+        eager_after_replay_equal=eager_after["loss_equal"] and eager_after["grads_equal"],
+        addresses_fixed=before == after_capture == after_replay, arena_state=before,
+        capture_leases_at_eager_addresses=(leases["capture"] == leases["eager"]) if hm is not None else None,
+        leases=len(leases["capture"]), replay_ms=replay_ms,
+        eager_median_ms=statistics.median(eager_ms), replay_median_ms=statistics.median(replay_ms))
+    if args.dry_run:
+        try_graphed_units(fsdp, sample, res)
+
+
+def try_graphed_units(fsdp, sample, res) -> None:
+    """Strategy (b): torch.cuda.make_graphed_callables over the FSDP units (NemotronHBlocks), one
+    sample input (batch, seq, hidden) each."""
+    import torch
+
+    units = [m for m in fsdp.module.modules() if isinstance(m, tuple(unit_classes()))]
+    b = res["strategies"]["b"] = {"what": f"torch.cuda.make_graphed_callables over the {len(units)} FSDP units",
+                                  "hooks_on_first_unit": {
+                                      "forward_pre": len(units[0]._forward_pre_hooks),
+                                      "forward": len(units[0]._forward_hooks)} if units else None}
+    try:
+        torch.cuda.make_graphed_callables(tuple(units), sample[:len(units)])
+        b.update(status="UNCHECKED", error="make_graphed_callables returned; this bench does not replay it",
+                 where="-")
+    except Exception as e:  # noqa: BLE001 - the strategy's verdict
+        cause = root_cause(e)
+        b.update(status="FAIL", error=first_line(cause), where=where(cause))
+
+
+def child(args) -> None:
+    import torch.multiprocessing as mp
+
+    mp.spawn(run_rank, args=(args, args.result), nprocs=args.world_size, join=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# the parent
+
+
+def lines_of(run: dict) -> tuple:
+    """(printed lines, blocked lines, verdict) for one (variant, allocator); verdict: "ok",
+    "mismatch" (a replay or an eager repeat not bit-equal, an address moved) or "error" (no verdict)."""
+    tag = f"{run['variant']}/{run['allocator']}"
+    ranks = run.get("ranks") or []
+    if run.get("error") or not ranks or any(r.get("error") for r in ranks):
+        why = run.get("error") or next((r["error"] for r in ranks if r.get("error")), "no rank result")
+        return [f"{tag}: ERROR (no verdict) {why.splitlines()[0]}"], [], "error"
+    out, blocked, bad = [], [], "ok"
+    if ranks[0].get("pattern_check", "ok") != "ok":
+        out.append(f"{tag}: note: {ranks[0]['pattern_check']}")
+    impl = ranks[0].get("experts_implementation") if "E" in VARIANTS[run["variant"]]["pattern"] else None
+    if not all(r.get("eager_repeats", True) for r in ranks):
+        first = next((c for r in ranks for c in r.get("eager_repeat_checks", [])
+                      if not (c["loss_equal"] and c["grads_equal"])), None)
+        out.append(f"{tag}: MISMATCH eager steps on the same inputs are not bit-equal to each other ({first}): "
+                   "replay equality is not meaningful here")
+        bad = "mismatch"
+    for key in ("a", "b"):
+        per = [r["strategies"].get(key) for r in ranks]
+        if not any(per):
+            continue
+        s = next(p for p in per if p)
+        if all(p and p.get("status") == "PASS" for p in per):
+            ok = {k: all(p[k] for p in per) for k in ("loss_equal", "grads_equal", "eager_after_replay_equal",
+                                                       "addresses_fixed")}
+            lease_ok = [p["capture_leases_at_eager_addresses"] for p in per]
+            eager = max(p["eager_median_ms"] for p in per)
+            replay = max(p["replay_median_ms"] for p in per)
+            yn = lambda x: "Y" if x else "N"  # noqa: E731
+            out.append(f"{tag} ({key}) {s['what']}: PASS"
+                       + (" (DRY RUN: eager steps stood in for capture and replays)" if per[0].get("dry_run") else "")
+                       + f"; {per[0]['replays']} replays on {len(per)} ranks: loss "
+                       f"bit-equal {yn(ok['loss_equal'])}, {per[0]['grads']} parameters' main-grad shards bit-equal "
+                       f"{yn(ok['grads_equal'])}, eager after replay {yn(ok['eager_after_replay_equal'])}, "
+                       f"buffers at fixed addresses {yn(ok['addresses_fixed'])}"
+                       + ("" if lease_ok[0] is None else f", capture leases at the eager step's addresses "
+                          f"{yn(all(lease_ok))} ({per[0]['leases']} leases)")
+                       + ("" if not ranks[0].get("nccl_pool") else
+                          f", every arena inside the registered NCCL pool "
+                          f"{yn(all(all(r['nccl_pool']['arenas_inside']) for r in ranks))} "
+                          f"({ranks[0]['nccl_pool']['segments']} segments)")
+                       + f"; median step eager {eager:.2f} ms, replay {replay:.2f} ms (x{replay / eager:.3f})")
+            if not all(ok.values()) or (lease_ok[0] is not None and not all(lease_ok)):
+                bad = "mismatch"
+                first = next((p["first_bad"] for p in per if p.get("first_bad")), None)
+                out.append(f"{tag} ({key}) MISMATCH: {first or ok}")
+        else:
+            fails = [p for p in per if p and p.get("status") != "PASS"]
+            f = fails[0] if fails else s
+            out.append(f"{tag} ({key}) {s['what']}: {f.get('status', 'FAIL')} {f.get('error', '')} "
+                       f"[at {f.get('where', '?')}]" + (f" (experts {impl})" if impl else ""))
+            blocked.append(f"blocked: {tag} ({key}) {s['what']}: {f.get('error', '')} at {f.get('where', '?')}")
+    return out, blocked, bad
+
+
+def launch(cmd, timeout: int) -> tuple:
+    """Runs `cmd` in its own session; past `timeout` seconds kills the session (the spawned ranks
+    too). Returns (exit code or None when killed, stderr)."""
+    import signal
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+        return proc.returncode, stderr
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        stdout, stderr = proc.communicate()
+        return None, stderr or ""
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--variants", default="dense,hybrid-grouped_mm,hybrid-eager")
+    ap.add_argument("--allocators", default="interval,megatron_maxpool",
+                    help="headroom planners (max, by_bytes, interval; PLANNER@nccl: the arena in a MemPool on "
+                         "ProcessGroupNCCL's allocator, registered with the group) and/or megatron_maxpool")
+    ap.add_argument("--seq", type=int, default=512)
+    ap.add_argument("--hidden", type=int, default=SIZE["hidden"])
+    ap.add_argument("--experts", type=int, default=SIZE["experts"])
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=3, help="eager steps before timing (>= 2: learn, then arena)")
+    ap.add_argument("--iters", type=int, default=5,
+                    help="timed eager steps, each compared with the one before; the last is the reference")
+    ap.add_argument("--replays", type=int, default=10)
+    ap.add_argument("--capture-error-mode", default="thread_local", choices=("thread_local", "global", "relaxed"))
+    ap.add_argument("--world-size", type=int, default=2)
+    ap.add_argument("--port", type=int, default=29871)
+    ap.add_argument("--collective-timeout", type=int, default=60, help="seconds, every collective")
+    ap.add_argument("--child-timeout", type=int, default=100, help="seconds, one (variant, allocator) run")
+    ap.add_argument("--deadline", type=int, default=190,
+                    help="seconds for the whole bench: a run gets at most what is left, none starts with < 20 s left")
+    ap.add_argument("--predict", action="store_true", help="CPU: meta-device forward+backward, arena prediction")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="CPU, gloo, torch.cuda stubbed: the whole protocol with eager steps standing in for "
+                         "capture and replay (checks the bench, not CUDA graphs)")
+    ap.add_argument("--child")
+    ap.add_argument("--variant")
+    ap.add_argument("--allocator")
+    ap.add_argument("--result")
+    args = ap.parse_args()
+    for v in args.variants.split(","):
+        if v not in VARIANTS:
+            ap.error(f"--variants: {v!r}; expected some of {', '.join(VARIANTS)}")
+    for a in args.allocators.split(","):
+        if a.partition("@")[0] not in ("max", "by_bytes", "interval") and a != MAXPOOL or a.partition("@")[2] not in ("", "nccl"):
+            ap.error(f"--allocators: {a!r}; expected some of max, by_bytes, interval (each optionally with @nccl: "
+                     f"the arena in a registered ProcessGroupNCCL pool), {MAXPOOL}")
+        if a.endswith("@nccl") and args.dry_run:
+            ap.error(f"--allocators {a}: @nccl needs NCCL (not --dry-run)")
+    if args.warmup < 2:
+        ap.error(f"--warmup {args.warmup}: expected >= 2 (headroom learns on step 0 and lays its arena after it)")
+    if args.iters < 2 or args.replays < 1:
+        ap.error(f"--iters {args.iters} / --replays {args.replays}: expected >= 2 / >= 1")
+    if args.child:  # one (variant, allocator) run; the parent checked the environment
+        child(args)
+        return 0
+    try:
+        import torch
+    except ImportError as e:
+        skipped(f"torch is not importable ({e})")
+    require_headroom_and_nemotronh(skipped)
+    if args.predict:
+        return predict(args)
+    if not args.dry_run and (not torch.cuda.is_available() or torch.cuda.device_count() < args.world_size):
+        skipped(f"needs {args.world_size} CUDA GPUs; {torch.cuda.device_count() if torch.cuda.is_available() else 0} here")
+    try:
+        import megatron_fsdp  # noqa: F401
+    except ImportError as e:
+        skipped(f"megatron_fsdp is not importable ({e}); pip install --no-deps megatron_fsdp-0.6.1-py3-none-any.whl")
+
+    from megatron_fsdp.package_info import __version__ as mfsdp_version
+
+    start = time.monotonic()
+    out = Path(os.environ.get("OUT") or tempfile.mkdtemp(prefix=f"{NAME}."))
+    out.mkdir(parents=True, exist_ok=True)
+    ub = nccl_ub_feasibility()
+    summary = {"bench": NAME, "date": time.strftime("%Y-%m-%d", time.gmtime()), "torch": torch.__version__,
+               "megatron_fsdp": mfsdp_version, "device": "cpu (dry run)" if args.dry_run else torch.cuda.get_device_name(0),
+               "world_size": args.world_size, "seq": args.seq, "batch": args.batch,
+               "hidden": args.hidden, "experts": args.experts,
+               "capture_error_mode": args.capture_error_mode, "variants": {k: VARIANTS[k] for k in args.variants.split(",")},
+               "runs": [], "blocked": [], "nccl_ub": ub, "not_run": []}
+    print(f"NemotronH under Megatron-FSDP {mfsdp_version} (cuda_graph_mode=True), dp = {args.world_size}, "
+          f"{summary['device']}, torch {torch.__version__}, seq {args.seq} x batch {args.batch}, {summary['date']}",
+          flush=True)
+    verdicts = set()
+    port = args.port
+    for alloc in args.allocators.split(","):  # every variant on the first allocator first
+        for variant in args.variants.split(","):
+            left = args.deadline - (time.monotonic() - start)
+            if left < 20:
+                summary["not_run"].append(f"{variant}/{alloc}")
+                print(f"{variant}/{alloc}: not run (--deadline {args.deadline} s: {left:.0f} s left)", flush=True)
+                continue
+            path = out / f"graph.{variant}.{alloc}.json"
+            cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "1", "--variant", variant,
+                   "--allocator", alloc, "--result", str(path), "--world-size", str(args.world_size),
+                   "--port", str(port), "--seq", str(args.seq), "--batch", str(args.batch),
+                   "--hidden", str(args.hidden), "--experts", str(args.experts),
+                   "--warmup", str(args.warmup), "--iters", str(args.iters), "--replays", str(args.replays),
+                   "--capture-error-mode", args.capture_error_mode,
+                   "--collective-timeout", str(args.collective_timeout)] + (["--dry-run"] if args.dry_run else [])
+            port += 1
+            t0 = time.monotonic()
+            run = {"variant": variant, "allocator": alloc, "error": None}
+            limit = int(min(args.child_timeout, left))
+            rc, stderr = launch(cmd, limit)
+            if rc is None:
+                run["error"] = f"no verdict within {limit} s (--child-timeout / --deadline; its processes killed)"
+            elif rc != 0:
+                run["error"] = f"exit {rc}: {stderr.strip().splitlines()[-1] if stderr.strip() else ''}"
+            run["stderr_tail"] = stderr[-4000:]
+            ranks = []
+            for r in range(args.world_size):
+                f = Path(f"{path}.rank{r}")
+                if f.exists():
+                    ranks.append(json.loads(f.read_text()))
+            if len(ranks) == args.world_size and run["error"] and run["error"].startswith("exit"):
+                run["error"] = None  # every rank wrote its verdict; the exit code was the teardown's
+            run["ranks"] = ranks
+            run["seconds"] = round(time.monotonic() - t0, 1)
+            printed, blocked, run_bad = lines_of(run)
+            if run_bad != "ok" and run.get("stderr_tail"):
+                print(run["stderr_tail"][-3000:], flush=True)
+            for line in printed + blocked:
+                print(line, flush=True)
+            verdicts.add(run_bad)
+            summary["runs"].append(run)
+            summary["blocked"] += blocked
+            (out / f"{NAME}.json").write_text(json.dumps(summary, default=str, indent=1))
+    ub_line = (f"blocked: nccl_ub=True not run: megatron_fsdp's nccl_ub path needs megatron.core.nccl_allocator or "
+               f"apex.contrib.nccl_allocator ({'; '.join(f'{k}: {v}' for k, v in ub['imports'].items())}); "
+               + "; ".join(ub["reasons"][1:]))
+    print(ub_line, flush=True)
+    summary["blocked"].append(ub_line)
+    summary["exit"] = 1 if "mismatch" in verdicts else 2 if "error" in verdicts else 0
+    (out / f"{NAME}.json").write_text(json.dumps(summary, default=str, indent=1))
+    compact = {"bench": NAME, "device": summary["device"], "torch": summary["torch"], "exit": summary["exit"],
+               "runs": [{"variant": r["variant"], "allocator": r["allocator"], "error": r.get("error"),
+                         "experts": (r["ranks"][0].get("experts_implementation") if r.get("ranks") else None),
+                         "strategies": {k: {x: s.get(x) for x in ("status", "error", "where", "loss_equal", "grads_equal",
+                                                                 "addresses_fixed", "capture_leases_at_eager_addresses",
+                                                                 "eager_median_ms", "replay_median_ms")}
+                                        for k, s in (r["ranks"][0]["strategies"].items() if r.get("ranks") else [])}}
+                        for r in summary["runs"]],
+               "blocked": summary["blocked"], "not_run": summary["not_run"]}
+    print(json.dumps(compact, default=str), flush=True)
+    print(f"wrote {out / (NAME + '.json')}", flush=True)
+    return summary["exit"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
