@@ -51,26 +51,18 @@ void launch_rows(any_partition const& ap, char const* op, device_boundaries cu, 
 
 }  // namespace
 
-void split(any_partition const& p, device_boundaries cu, device_matrix in, device_matrix out, int elem_bytes,
-           std::uintptr_t stream) {
-  launch_rows(p, "headroom._cuda.split", cu, in, out, elem_bytes, stream,
-              [](auto const& part, auto dcu, auto i, auto o, auto s) { cp::cuda::split(part, dcu, i, o, s); });
-}
-void split_adjoint(any_partition const& p, device_boundaries cu, device_matrix in, device_matrix out, int elem_bytes,
-                   std::uintptr_t stream) {
-  launch_rows(p, "headroom._cuda.split_adjoint", cu, in, out, elem_bytes, stream,
-              [](auto const& part, auto dcu, auto i, auto o, auto s) { cp::cuda::split_adjoint(part, dcu, i, o, s); });
-}
-void to_sequence_order(any_partition const& p, device_boundaries cu, device_matrix in, device_matrix out,
-                       int elem_bytes, std::uintptr_t stream) {
-  launch_rows(p, "headroom._cuda.to_sequence_order", cu, in, out, elem_bytes, stream,
-              [](auto const& part, auto dcu, auto i, auto o, auto s) { cp::cuda::to_sequence_order(part, dcu, i, o, s); });
-}
-void to_rank_order(any_partition const& p, device_boundaries cu, device_matrix in, device_matrix out, int elem_bytes,
-                   std::uintptr_t stream) {
-  launch_rows(p, "headroom._cuda.to_rank_order", cu, in, out, elem_bytes, stream,
-              [](auto const& part, auto dcu, auto i, auto o, auto s) { cp::cuda::to_rank_order(part, dcu, i, o, s); });
-}
+// split, split_adjoint, to_sequence_order, to_rank_order: cp::cuda's op of the same name.
+#define HEADROOM_PY_ROWS_OP(name)                                                                                 \
+  void name(any_partition const& p, device_boundaries cu, device_matrix in, device_matrix out, int elem_bytes,   \
+            std::uintptr_t stream) {                                                                            \
+    launch_rows(p, "headroom._cuda." #name, cu, in, out, elem_bytes, stream,                                    \
+                [](auto const& part, auto dcu, auto i, auto o, auto s) { cp::cuda::name(part, dcu, i, o, s); }); \
+  }
+HEADROOM_PY_ROWS_OP(split)
+HEADROOM_PY_ROWS_OP(split_adjoint)
+HEADROOM_PY_ROWS_OP(to_sequence_order)
+HEADROOM_PY_ROWS_OP(to_rank_order)
+#undef HEADROOM_PY_ROWS_OP
 
 void place(any_partition const& p, device_boundaries cu, device_matrix in, device_matrix out, int elem_bytes,
            std::uintptr_t stream, int rank0, std::int64_t local0, std::int64_t block, bool spread) {
