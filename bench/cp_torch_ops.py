@@ -7,8 +7,8 @@ index_select with TE-style index tensors, and a device copy, in one run.
    split and reorder, the reorder at the logits width 151,936; cp in {2, 8}; random packed batches
    of 256..8192-token sequences), small cases rotating through buffer sets so they read memory,
    not L2. Per row: the torch op (Partition.split / .to_sequence_order: custom op, output
-   allocated by torch, current stream), the raw kernel launch (headroom._cuda.Plan.split with
-   pointers and a stream: the C++ kernel of bench_cp_bandwidth), torch.index_select with
+   allocated by torch, current stream), the raw kernel launch (headroom._cuda.split with
+   headroom._core's partition, pointers and a stream: the C++ kernel of bench_cp_bandwidth), torch.index_select with
    thd_get_partitioned_indices' int32 index (split) or the reassemble index (reorder, AReaL /
    Megatron's inverse_gather_perm), and out.copy_ of the same bytes. CUDA-event medians behind a
    spin kernel, so host overhead is not timed. Target: the op within 2 % of the raw kernel.
@@ -47,11 +47,13 @@ def skip(why):
     sys.exit(77)
 
 
-def raw_plan(_cuda, cu, cp, rank):
-    plan = _cuda.Plan(cu, cp, rank)
+def raw_partition(cu, cp, rank):
+    """headroom._core's partition and a device copy of its boundaries (kept alive by the caller)
+    with the (pointer, entries, bytes per entry) headroom._cuda's launches take."""
+    from headroom import cp as core_cp
+
     dcu = torch.tensor(cu, dtype=torch.int64, device="cuda")
-    plan.set_device_cu(dcu.data_ptr(), dcu.numel(), 8)
-    return plan, dcu
+    return core_cp.Partition(cu, cp, rank), dcu, (dcu.data_ptr(), dcu.numel(), 8)
 
 
 def run_case(op, tokens, width, cp, args, modules):
@@ -59,16 +61,19 @@ def run_case(op, tokens, width, cp, args, modules):
     cu = packed_batch(tokens, cp, 42 + cp)
     rank = cp // 2
     part = hcp.Partition(cu, cp, rank)
-    plan, dcu = raw_plan(_cuda, cu, cp, rank)
+    core_part, dcu, device_cu = raw_partition(cu, cp, rank)
     stream = torch.cuda.current_stream().cuda_stream
     if op == "split":
         index = te.thd_get_partitioned_indices(torch.tensor(cu, dtype=torch.int32, device="cuda"), tokens, cp, rank)
-        ours, raw = part.split, plan.split
+        ours, launch = part.split, _cuda.split
         rows = part.local_rows
     else:
         index = part.gather_index(device="cuda")
-        ours, raw = part.to_sequence_order, plan.to_sequence_order
+        ours, launch = part.to_sequence_order, _cuda.to_sequence_order
         rows = part.global_rows
+
+    def raw(x, out):
+        launch(core_part, device_cu, x.data_ptr(), tokens, out.data_ptr(), rows, width, 2, stream)
     bytes_out = rows * width * 2
     sets = rotation_sets(2 * bytes_out)
     xs = [torch.empty((tokens, width), dtype=torch.bfloat16, device="cuda").normal_() for _ in range(sets)]
@@ -78,7 +83,7 @@ def run_case(op, tokens, width, cp, args, modules):
     # Correctness in the same run: the op equals the raw kernel byte for byte, and index_select on
     # 4096 random rows (a full third copy would not fit at 128K x 151936).
     got = ours(xs[0])
-    raw(xs[0].data_ptr(), tokens, outs[0].data_ptr(), rows, width, 2, stream)
+    raw(xs[0], outs[0])
     sample = torch.randint(0, rows, (4096,), device="cuda")
     expect = torch.index_select(xs[0], 0, index[sample].long())
     torch.cuda.synchronize()
@@ -92,7 +97,7 @@ def run_case(op, tokens, width, cp, args, modules):
         held[k] = ours(xs[k])
 
     def run_raw(k):
-        raw(xs[k].data_ptr(), tokens, outs[k].data_ptr(), rows, width, 2, stream)
+        raw(xs[k], outs[k])
 
     ms_ours = median_ms(run_ours, args.iterations, args.warmup, sets, SPIN_CYCLES)
     ms_raw = median_ms(run_raw, args.iterations, args.warmup, sets, SPIN_CYCLES)
@@ -173,12 +178,13 @@ def dispatch_rows(args, modules):
         raw_cu.append(raw_cu[-1] + (b - a) - 3)  # three pads per sequence
     part = hcp.Partition(cu, cp, rank)
     rpart = hcp.Partition.from_raw(raw_cu, cp, rank)
-    plan, dcu = raw_plan(_cuda, cu, cp, rank)
-    rplan = _cuda.Plan.from_raw(raw_cu, cp, rank)
-    dpcu = torch.tensor(rplan.padded_cu_seqlens, dtype=torch.int64, device="cuda")
+    from headroom import cp as core_cp
+
+    p, dcu, dev_cu = raw_partition(cu, cp, rank)
+    padding = core_cp.pad(raw_cu, "dual_chunk", cp)  # as Partition.from_raw pads (tp 1, extra 1)
+    rp, dpcu, dev_pcu = raw_partition(padding.padded_cu_seqlens.tolist(), cp, rank)
     drcu = torch.tensor(raw_cu, dtype=torch.int64, device="cuda")
-    rplan.set_device_cu(dpcu.data_ptr(), dpcu.numel(), 8)
-    rplan.set_device_raw_cu(drcu.data_ptr(), drcu.numel(), 8)
+    dev_rcu = (drcu.data_ptr(), drcu.numel(), 8)
     x = torch.randn(tokens, width, device="cuda", dtype=torch.bfloat16)
     xg = x.clone().requires_grad_()
     local = torch.randn(part.local_rows, width, device="cuda", dtype=torch.bfloat16)
@@ -193,18 +199,21 @@ def dispatch_rows(args, modules):
     pad = torch.tensor(0, dtype=ids.dtype).numpy().tobytes()
     rows = [
         ("split", lambda: part.split(x), lambda: ops.cp_split(x, cu_t, cp, rank, "dual_chunk"),
-         lambda: plan.split(x.data_ptr(), tokens, out_local.data_ptr(), part.local_rows, width, 2, s),
+         lambda: _cuda.split(p, dev_cu, x.data_ptr(), tokens, out_local.data_ptr(), part.local_rows, width, 2, s),
          lambda: torch.index_select(x, 0, index, out=out_local)),
         ("split (input needs grad)", lambda: part.split(xg), lambda: ops.cp_split(xg, cu_t, cp, rank, "dual_chunk"),
-         lambda: plan.split(x.data_ptr(), tokens, out_local.data_ptr(), part.local_rows, width, 2, s),
+         lambda: _cuda.split(p, dev_cu, x.data_ptr(), tokens, out_local.data_ptr(), part.local_rows, width, 2, s),
          # PyTorch's own differentiable gather (allocating, as the op does): its autograd node too
          lambda: torch.index_select(xg, 0, index)),
         ("split_adjoint", lambda: part.split_adjoint(local), lambda: ops.cp_split_adjoint(local, cu_t, cp, rank, "dual_chunk"),
-         lambda: plan.split_adjoint(local.data_ptr(), part.local_rows, out_global.data_ptr(), tokens, width, 2, s), None),
+         lambda: _cuda.split_adjoint(p, dev_cu, local.data_ptr(), part.local_rows, out_global.data_ptr(), tokens, width,
+                                     2, s), None),
         ("to_sequence_order", lambda: part.to_sequence_order(x), lambda: ops.cp_to_sequence_order(x, cu_t, cp, "dual_chunk"),
-         lambda: plan.to_sequence_order(x.data_ptr(), tokens, out_global.data_ptr(), tokens, width, 2, s), None),
+         lambda: _cuda.to_sequence_order(p, dev_cu, x.data_ptr(), tokens, out_global.data_ptr(), tokens, width, 2, s),
+         None),
         ("pad_split shift 1", lambda: rpart.pad_split(ids, 0, 1), None,
-         lambda: rplan.pad_split(ids.data_ptr(), raw_cu[-1], out_ids.data_ptr(), rpart.local_rows, 1, 8, pad, 1, s), None),
+         lambda: _cuda.pad_split(padding, rp, dev_rcu, dev_pcu, ids.data_ptr(), raw_cu[-1], out_ids.data_ptr(),
+                                 rpart.local_rows, 1, 8, s, pad, 1), None),
     ]
     floor = autograd_floor_us(args, xg, part.local_rows)
     times = host_us_each([fn for row in rows for fn in row[1:]], args.calls)
@@ -221,7 +230,7 @@ def dispatch_rows(args, modules):
             r["autograd_floor_us"] = floor
         r["meets_target"] = r["overhead_us"] <= DISPATCH_TARGET_US
         results.append(r)
-    del dcu
+    del dcu, dpcu, drcu
     return results
 
 

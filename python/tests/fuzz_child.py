@@ -80,6 +80,9 @@ VALUES = {
     "order": "pool.training_order(2)", "orders": "[pool.training_order(2), pool.evaluation_order(2)]",
     "partition": "make('cp.Partition')", "cp_padding": "make('cp.Padding')", "snapshot": "make('trace.Snapshot')",
     "lease": "make('pool.Lease')", "pad_elements": "pool.Padding.elements(8)",
+    # headroom._cuda's device boundaries, (pointer, entries, bytes per entry): make('cp.Partition')'s 3
+    # entries, and a bad entry width.
+    "device_cu": "(4096, 3, 8)", "device_cu_i32": "(4096, 3, 4)", "device_cu_bad": "(4096, 3, 2)",
 }
 
 # One valid instance per class (methods and properties are fuzzed on fresh ones).
@@ -101,7 +104,6 @@ FACTORIES = {
     "cp.Partition": "cp.Partition([0, 8, 24], 2, 1)",
     "trace.Recorder": "trace.Recorder(64, 64)",
     "trace.Snapshot": "snapshot_with_events()",
-    "Plan": "Plan.from_raw([0, 5, 12], 2, 1)",  # headroom._cuda
 }
 
 
@@ -142,7 +144,7 @@ def load(module):
     root = importlib.import_module(module)
     for name in ("pool", "cp", "trace", "stats", "pipeline"):
         NS[name] = getattr(importlib.import_module("headroom._core"), name)
-    NS.update(headroom=headroom, Plan=getattr(root, "Plan", None))
+    NS.update(headroom=headroom)
 
 
 NS = {"np": np, "DLPackTemp": DLPackTemp, "_mutating_dict": _mutating_dict, "make": None,

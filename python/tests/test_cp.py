@@ -137,17 +137,37 @@ def test_padding_and_partition_accessors():
     assert p.locate(0, rank=0) == (0, 0)
 
 
-def test_cuda_module_holds_the_same_partition():
-    """headroom._cuda's plan holds _core's partition type (python/src/common/cp_partition.hpp): the same
-    boundaries, layout name and layout error. Its host half runs without a GPU."""
+def test_cuda_module_takes_the_core_objects():
+    """headroom._cuda's launches take _core's Partition and Padding themselves (nanobind shares the
+    type registry between the modules): what they check before a launch reads those objects, so
+    these run without a GPU (nothing reaches the device)."""
     _cuda = pytest.importorskip("headroom._cuda", reason="headroom was built without nvcc")
     for layout in ("dual_chunk", "contiguous"):
         part = cp.Partition([0, 8, 12], 2, 1, layout)
-        plan = _cuda.Plan([0, 8, 12], 2, 1, layout)
-        assert (plan.layout, plan.local_rows, plan.sequences) == (part.layout, part.local_rows, part.sequences)
-        assert plan.local_cu_seqlens == part.local_cu_seqlens.tolist()
-        assert repr(plan) == repr(part)
-    message = "layout = 'zigzag'; expected one of 'dual_chunk', 'contiguous'"
-    for make in (cp.Partition, _cuda.Plan):
-        with pytest.raises(headroom.invalid_argument, match=message):
-            make([0, 8], 2, 0, "zigzag")
+        # The device boundaries are checked against this partition's 2 sequences (3 entries).
+        with pytest.raises(headroom.invalid_argument,
+                           match="cp::cuda::split: device cu_seqlens has 2 entries, the host metadata has 3"):
+            _cuda.split(part, (16, 2, 8), 64, part.global_rows, 4096, part.local_rows, 4, 2, 0)
+        # ... and the matrices against its rows: 12 global, 6 local.
+        with pytest.raises(headroom.invalid_argument,
+                           match=r"cp::cuda::split_adjoint: local input has shape \[5, 4\], expected \[6, 4\]"):
+            _cuda.split_adjoint(part, (16, 3, 8), 64, 5, 4096, 12, 4, 2, 0)
+        with pytest.raises(headroom.invalid_argument,
+                           match=r"to_rank_order: sequence-order input has shape \[11, 4\], expected \[12, 4\]"):
+            _cuda.to_rank_order(part, (16, 3, 4), 64, 11, 4096, 12, 4, 2, 0)
+    pd = cp.pad([0, 5, 12], "dual_chunk", 2)  # padded [0, 8, 16]: 8 local rows
+    part = cp.Partition(pd.padded_cu_seqlens, 2, 1)
+    other = cp.Partition([0, 4, 16], 2, 1)
+    with pytest.raises(headroom.invalid_argument, match="the partition was not built from this padding's padded"):
+        _cuda.pad_split(pd, other, (16, 3, 8), (32, 3, 8), 64, 12, 4096, 8, 4, 2, 0, bytes(2), 0)
+    with pytest.raises(headroom.invalid_argument, match="device raw cu_seqlens has 4 entries, the host metadata has 3"):
+        _cuda.pad_split(pd, part, (16, 4, 8), (32, 3, 8), 64, 12, 4096, 8, 4, 2, 0, bytes(2), 0)
+    with pytest.raises(headroom.invalid_argument, match=r"place_rank_major: local rows \[0, 9\), expected a range "
+                       "within this partition's 8 local rows"):
+        _cuda.place(part, (16, 3, 8), 64, 9, 4096, part.global_rows, 4, 2, 0, 0, 0, 9, True)
+    # Another type where a Partition or Padding goes is nanobind's TypeError, not a crash.
+    for wrong in (pd, [0, 8, 12], None):
+        with pytest.raises(TypeError):
+            _cuda.split(wrong, (16, 3, 8), 64, 12, 4096, 6, 4, 2, 0)
+    with pytest.raises(TypeError):
+        _cuda.pad_split(part, part, (16, 3, 8), (32, 3, 8), 64, 12, 4096, 8, 4, 2, 0, bytes(2), 0)

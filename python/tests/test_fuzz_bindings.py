@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Property-based fuzzing of every function, constructor, method and property of headroom._core
-and of headroom._cuda's CPU-visible parts (Plan and its properties; launches stop at their checks
-or at the CUDA runtime without a GPU): hypothesis draws batches of calls with extreme and
+and of headroom._cuda's launches (with no GPU visible they stop at their checks or at the CUDA
+runtime; _core's Partition and Padding are among the drawn arguments): hypothesis draws batches of calls with extreme and
 wrong-typed arguments (huge and negative ints, NaN, numpy bools and scalars, wrong dtypes,
 non-contiguous and 0-d arrays, empty inputs, lone surrogates, objects exporting __dlpack__
 temporaries, long containers), and each batch runs in a child process (fuzz_child.py), so a
@@ -81,7 +81,7 @@ def test_core_calls_never_crash(batch):
 @pytest.mark.skipif(CUDA is None, reason="headroom._cuda is not built (no nvcc at install)")
 @FUZZ
 @given(st.lists(calls(CUDA or ["-"]), min_size=BATCH // 2, max_size=BATCH // 2))
-def test_cuda_plan_calls_never_crash(batch):
+def test_cuda_calls_never_crash(batch):
     run_batch(batch, "--module", "headroom._cuda")
 
 

@@ -12,7 +12,7 @@ import headroom
 from headroom import invalid_argument
 
 from ._cp_ops import _dispatch_modes, _is_compiling
-from ._cp_plans import _LAYOUTS, _check_rows, _launch, _width
+from ._cp_plans import _LAYOUTS, _check_rows, _cuda, _launch_args, _on_device, _width
 
 if TYPE_CHECKING:
     from .cp import Partition
@@ -126,9 +126,13 @@ def _gather(local, partition, group, method):
     if not fast or method == "all_gather":
         rank_major = local.new_empty(out.shape)
         dist.all_gather_into_tensor(rank_major, local, group=group)
-        if fast:
-            return _launch(partition._rank0() or e, "to_sequence_order", rank_major, e.global_rows, out, e.global_rows)
-        return partition.to_sequence_order(rank_major)
+        if not fast:
+            return partition.to_sequence_order(rank_major)
+        e0 = partition._rank0() or e
+        if a := _launch_args(e0, rank_major, e.global_rows, out, e.global_rows):
+            with _on_device(rank_major):
+                _cuda.to_sequence_order(e0.partition, e0.cu, *a)
+        return out
     if method == "in_place":
         cu = e.host_cu
         peers = [dist.get_global_rank(group, q) if group is not None else q for q in range(cp_size)]
@@ -148,21 +152,29 @@ def _gather(local, partition, group, method):
                         dist.P2POp(dist.irecv, out[cu[i] + (2 * cp_size - 1 - q) * c:cu[i] + (2 * cp_size - q) * c],
                                    peers[q], group)]
         works = dist.batch_isend_irecv(ops) if ops else []
-        _launch(e, "place", local, rows, out, e.global_rows, (rank, 0, rows, True))  # own rows, beside the messages
+        _place(e, local, rank, out)  # own rows, beside the messages
         for w in works:
             w.wait()
         return out
     # pipelined: the all-gather into a rank-major workspace; own rows placed from `local` meanwhile
     workspace = local.new_empty(out.shape)
     work = dist.all_gather_into_tensor(workspace, local, group=group, async_op=True)
-    _launch(e, "place", local, rows, out, e.global_rows, (rank, 0, rows, True))
+    _place(e, local, rank, out)
     work.wait()  # the current stream waits for the all-gather; the host does not
     if rank > 0:
-        _launch(e, "place", workspace[:rank * rows], rank * rows, out, e.global_rows, (0, 0, rows, True))
+        _place(e, workspace[:rank * rows], 0, out)
     if rank + 1 < cp_size:
-        _launch(e, "place", workspace[(rank + 1) * rows:], (cp_size - 1 - rank) * rows, out, e.global_rows,
-                (rank + 1, 0, rows, True))
+        _place(e, workspace[(rank + 1) * rows:], rank + 1, out)
     return out
+
+
+def _place(e, rank_major, rank0: int, out):
+    """Whole ranks' rows, rank-major from rank0 on, to their sequence positions in out (no other row
+    written), one tile per block: a collective running beside gets SMs as blocks retire."""
+    rows = rank_major.shape[0]
+    if a := _launch_args(e, rank_major, rows, out, e.global_rows):
+        with _on_device(rank_major):
+            _cuda.place(e.partition, e.cu, *a, rank0, 0, e.local_rows, True)
 
 
 class _Gather(torch.autograd.Function):

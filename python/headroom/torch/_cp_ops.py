@@ -10,7 +10,7 @@ import torch
 
 from headroom import invalid_argument
 
-from ._cp_plans import _check_rows, _launch, _lookup
+from ._cp_plans import _check_rows, _cuda, _launch_args, _lookup, _on_device
 
 try:  # the split and reorder ops on the dispatcher from C++ (LibTorch stable ABI), when built with torch
     from headroom import _torch_ops
@@ -38,7 +38,11 @@ def _split_impl(x, cu_seqlens, cp_size, cp_rank, layout, entry=None):
     shape = _check_rows(x, e.global_rows, _SPLIT, "input", "cu_seqlens[-1], the padded total")
     if x.is_cpu:
         return x.index_select(0, e.index("local", x.device))
-    return _launch(e, "split", x, e.global_rows, x.new_empty(e.local_rows, *shape[1:]), e.local_rows)
+    out = x.new_empty(e.local_rows, *shape[1:])
+    if a := _launch_args(e, x, e.global_rows, out, e.local_rows):
+        with _on_device(x):
+            _cuda.split(e.partition, e.cu, *a)
+    return out
 
 
 def _split_adjoint_impl(y, cu_seqlens, cp_size, cp_rank, layout, entry=None):
@@ -46,7 +50,11 @@ def _split_adjoint_impl(y, cu_seqlens, cp_size, cp_rank, layout, entry=None):
     shape = _check_rows(y, e.local_rows, _SPLIT_ADJ, "input", "this rank's rows, cu_seqlens[-1] / cp_size")
     if y.is_cpu:
         return y.new_zeros(e.global_rows, *shape[1:]).index_copy_(0, e.index("local", y.device), y)
-    return _launch(e, "split_adjoint", y, e.local_rows, y.new_empty(e.global_rows, *shape[1:]), e.global_rows)
+    out = y.new_empty(e.global_rows, *shape[1:])
+    if a := _launch_args(e, y, e.local_rows, out, e.global_rows):
+        with _on_device(y):
+            _cuda.split_adjoint(e.partition, e.cu, *a)
+    return out
 
 
 def _to_sequence_order_impl(x, cu_seqlens, cp_size, layout, entry=None):
@@ -54,7 +62,11 @@ def _to_sequence_order_impl(x, cu_seqlens, cp_size, layout, entry=None):
     _check_rows(x, e.global_rows, _TO_SEQ, "rank-major input", "cu_seqlens[-1], every rank's rows")
     if x.is_cpu:
         return x.index_select(0, e.index("gather", x.device))
-    return _launch(e, "to_sequence_order", x, e.global_rows, torch.empty_like(x), e.global_rows)
+    out = torch.empty_like(x)
+    if a := _launch_args(e, x, e.global_rows, out, e.global_rows):
+        with _on_device(x):
+            _cuda.to_sequence_order(e.partition, e.cu, *a)
+    return out
 
 
 def _to_rank_order_impl(x, cu_seqlens, cp_size, layout, entry=None):
@@ -62,7 +74,11 @@ def _to_rank_order_impl(x, cu_seqlens, cp_size, layout, entry=None):
     _check_rows(x, e.global_rows, _TO_RANK, "sequence-order input", "cu_seqlens[-1]")
     if x.is_cpu:
         return torch.empty_like(x).index_copy_(0, e.index("gather", x.device), x)
-    return _launch(e, "to_rank_order", x, e.global_rows, torch.empty_like(x), e.global_rows)
+    out = torch.empty_like(x)
+    if a := _launch_args(e, x, e.global_rows, out, e.global_rows):
+        with _on_device(x):
+            _cuda.to_rank_order(e.partition, e.cu, *a)
+    return out
 
 
 def _element_bytes(value: torch.Tensor) -> bytes:
@@ -98,8 +114,11 @@ def _pad_split_impl(raw, raw_cu_seqlens, cp_size, cp_rank, layout, tp, extra, to
         out = raw.index_select(0, idx.clamp(min=0))
         out[idx < 0] = pad
         return out
-    return _launch(e, "pad_split", raw, e.raw_rows, raw.new_empty(e.local_rows, *shape[1:]), e.local_rows,
-                   (_fill(pad_value, raw.dtype), shift))
+    out = raw.new_empty(e.local_rows, *shape[1:])
+    if a := _launch_args(e, raw, e.raw_rows, out, e.local_rows):
+        with _on_device(raw):
+            _cuda.pad_split(e.padding, e.partition, e.raw_cu, e.cu, *a, _fill(pad_value, raw.dtype), shift)
+    return out
 
 
 def _pad_split_adjoint_impl(grad, raw_cu_seqlens, raw_rows, cp_size, cp_rank, layout, tp, extra, total_multiple,

@@ -1,10 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
 """headroom.torch.cp's per-batch plans (private): one C++ partition (and padding, for raw
-boundaries) per batch with what the ops derive from it (sizes, index tensors per device, the CUDA
-plan), found again by the ops from the ``cu_seqlens`` tensor they are given; the input checks and
-the one CUDA launch path. The public surface is :mod:`headroom.torch.cp`."""
+boundaries) per batch with what the ops derive from it (sizes, index tensors per device, device
+copies of the boundaries for ``headroom._cuda``'s launches), found again by the ops from the
+``cu_seqlens`` tensor they are given; the input checks and what every CUDA launch takes. The
+public surface is :mod:`headroom.torch.cp`."""
 from __future__ import annotations
 
+import contextlib
 import math
 import weakref
 from typing import Optional
@@ -50,11 +52,11 @@ def _checked_layout(layout: str, what: str) -> str:
 
 class _Entry:
     """One batch's C++ partition (and padding, for raw boundaries) with what the ops derive from
-    it: sizes as ints, index plans as tensors per device, and the CUDA plan with device copies
-    of the boundaries its kernels read."""
+    it: sizes as ints, index plans as tensors per device, and device copies of the boundaries the
+    kernels read (``cu``, ``raw_cu``: headroom._cuda's (pointer, entries, bytes per entry))."""
 
     __slots__ = ("host_cu", "args", "partition", "padding", "version", "global_rows", "local_rows", "raw_rows",
-                 "indices", "cuda_plan", "device", "device_index", "device_cu", "streams")
+                 "indices", "cu", "raw_cu", "device", "device_index", "device_cu", "streams")
 
     def __init__(self, host_cu: list, version: int, cp_size: int, cp_rank: int, layout: str, raw=None):
         """raw = (tp, extra, total_multiple): host_cu are raw boundaries, padded here."""
@@ -70,7 +72,7 @@ class _Entry:
         self.local_rows = self.partition.local_rows
         self.raw_rows = self.padding.raw_rows if raw is not None else -1
         self.indices = {}
-        self.cuda_plan = self.device = self.device_cu = None
+        self.cu = self.raw_cu = self.device = self.device_cu = None
         self.device_index = -2  # no device bound (CPU tensors report -1)
         self.streams = set()  # raw streams kernels reading device_cu were launched on
 
@@ -102,29 +104,24 @@ class _Entry:
         labels, mask = _host.shifted_labels(self.padding, self.partition, None, None, -1)
         return torch.from_numpy(labels).masked_fill_(torch.from_numpy(mask) == 0, -1)
 
-    def bind(self, device: torch.device):
-        """The CUDA plan, with device copies of the boundaries (kept alive here) on `device`."""
+    def bind(self, device: torch.device) -> None:
+        """Device copies of the boundaries (kept alive here) on `device`, for headroom._cuda."""
         global _one_device
         if device != self.device:
             if _cuda is None:
                 raise ImportError("headroom.torch.cp: CUDA tensors need headroom._cuda; reinstall headroom with the "
                                   "CUDA toolkit (nvcc) present")
-            if self.cuda_plan is None:
-                cp_size, cp_rank, layout, raw = self.args
-                self.cuda_plan = (_cuda.Plan(self.host_cu, cp_size, cp_rank, layout) if raw is None
-                                  else _cuda.Plan.from_raw(self.host_cu, cp_size, cp_rank, layout, *raw))
             padded = torch.tensor(self.partition.global_cu_seqlens, dtype=torch.int64).to(device)
             raw_cu = None
-            if self.padding is not None:
+            if self.padding is not None:  # the caller's raw boundaries (no entry for a dummy sequence)
                 raw_cu = torch.tensor(self.host_cu, dtype=torch.int64).to(device)
-                self.cuda_plan.set_device_raw_cu(raw_cu.data_ptr(), raw_cu.numel(), 8)
-            self.cuda_plan.set_device_cu(padded.data_ptr(), padded.numel(), 8)
+                self.raw_cu = (raw_cu.data_ptr(), raw_cu.numel(), 8)
+            self.cu = (padded.data_ptr(), padded.numel(), 8)
             self.device, self.device_cu = device, (padded, raw_cu)
             # Allocated on (and ordered with) the current stream; launches on others are recorded.
             self.streams = {_raw_stream(padded.get_device())}
             self.device_index = padded.get_device()
             _one_device = torch.cuda.device_count() == 1
-        return self.cuda_plan
 
 
 # (id(cu_seqlens), plan key) -> (weak reference to the tensor, _Entry). A Partition registers its
@@ -196,26 +193,33 @@ _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
 _one_device = False
 
 
-def _launch(entry: _Entry, method: str, x: torch.Tensor, rows: int, out: torch.Tensor, out_rows: int,
-            extra: tuple = ()) -> torch.Tensor:
-    """One kernel launch on x's device and that device's current stream; x has `rows` rows (checked),
-    out `out_rows`."""
+def _launch_args(entry: _Entry, x: torch.Tensor, rows: int, out: torch.Tensor, out_rows: int) -> Optional[tuple]:
+    """What a headroom._cuda launch on x's device and that device's current stream takes after its
+    partition and device boundaries: (input, input_rows, output, output_rows, width, elem_bytes,
+    stream), with entry's boundaries copied to that device first (entry.cu, entry.raw_cu); None
+    when no element moves. x has `rows` rows (checked), out `out_rows`."""
     elements = x.numel()
     if elements == 0 and out.numel() == 0:
-        return out
+        return None
     device = x.get_device()
-    plan = entry.cuda_plan if entry.device_index == device else entry.bind(x.device)
-    width = elements // rows if rows else _width(x)
+    if entry.device_index != device:
+        entry.bind(x.device)
     stream = _raw_stream(device)
     if stream not in entry.streams:
         _record_on_stream(entry, device)
-    if not _one_device and device != _current_device():
-        with torch.cuda.device(device):
-            getattr(plan, method)(x.data_ptr(), rows, out.data_ptr(), out_rows, width, x.element_size(), *extra,
-                                  stream)
-        return out
-    getattr(plan, method)(x.data_ptr(), rows, out.data_ptr(), out_rows, width, x.element_size(), *extra, stream)
-    return out
+    width = elements // rows if rows else _width(x)
+    return x.data_ptr(), rows, out.data_ptr(), out_rows, width, x.element_size(), stream
+
+
+_CURRENT = contextlib.nullcontext()
+
+
+def _on_device(x: torch.Tensor):
+    """Where a launch on x runs: x's device, made current for the call when it is not."""
+    if _one_device:
+        return _CURRENT
+    device = x.get_device()
+    return _CURRENT if device == _current_device() else torch.cuda.device(device)
 
 
 def _record_on_stream(entry: _Entry, device: int) -> None:

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// The one CP partition type of both extension modules: headroom._core.cp.Partition, and the plans
-// of headroom._cuda and headroom._torch_ops (python/src/cuda/plan.hpp) hold the same
-// any_partition, headroom::cp::partition in the layout named at run time. The layout name is read
+// The one CP partition type of the extension modules: headroom._core.cp.Partition binds it,
+// headroom._cuda's launches (python/src/cuda/launch.hpp) take that object, and headroom._torch_ops's
+// plans hold it; headroom::cp::partition in the layout named at run time. The layout name is read
 // here and nowhere else: a name that is not a layout is an invalid_argument naming it and the
 // layouts there are.
 #include <cstdint>

@@ -10,12 +10,13 @@
 //
 // The same schemas as the Python custom ops of headroom.torch.cp, which registers their fake
 // kernels and autograd formulas (the stable ABI has no autograd registration). CPU tensors run
-// the host ops of headroom/cp/ops.hpp, CUDA tensors the kernels of python/src/cuda (the plan and
-// launch code headroom._cuda uses) on the current stream. Plans are built once per batch from the
-// values of cu_seqlens and kept (a few, most recent first): a call compares the values, which are
-// on the host (headroom.torch.cp's Partition keeps them there). A CUDA plan belongs to one stream
-// (its device copy of the boundaries is made there and read only there), so dropping it from the
-// cache never frees memory a kernel on another stream may still read.
+// the host ops of headroom/cp/ops.hpp, CUDA tensors the kernels of python/src/cuda (the launch
+// code headroom._cuda uses) on the current stream. Plans (the partition and, on a device, its
+// copy of the boundaries) are built once per batch from the values of cu_seqlens and kept (a few,
+// most recent first): a call compares the values, which are on the host (headroom.torch.cp's
+// Partition keeps them there). A CUDA plan belongs to one stream (its device copy of the
+// boundaries is made there and read only there), so dropping it from the cache never frees
+// memory a kernel on another stream may still read.
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
 #include <torch/csrc/stable/accelerator.h>
 #include <torch/csrc/stable/library.h>
@@ -33,15 +34,18 @@
 #include <utility>
 #include <vector>
 
+#include "common/cp_partition.hpp"
 #include "common/element.hpp"
 #include "headroom/core/error.hpp"
 #include "headroom/cp/ops.hpp"
-#include "plan.hpp"
+#ifdef HEADROOM_TORCH_OPS_CUDA
+#include "launch.hpp"
+#endif
 
 namespace {
 
+using headroom::python::any_partition;
 using headroom::python::with_element;
-using headroom::python::cuda_ext::plan;
 using torch::stable::Tensor;
 
 // ---- plans, found again from the values of cu_seqlens -------------------------------------------
@@ -55,8 +59,8 @@ struct cached_plan {
   // after those kernels (a launch on another stream could still be reading it). 0 on the CPU.
   std::uintptr_t stream;
   std::vector<std::int64_t> cu;
-  plan pl;
-  Tensor device_cu;  // keeps the device copy pl's kernels read alive
+  any_partition partition;
+  Tensor device_cu;  // the device copy of cu the kernels read (undefined on the CPU)
 };
 
 /// A dtype as Python spells it (the messages of the Python ops).
@@ -113,7 +117,8 @@ class plan_cache {
     // The partition checks the values; here only that they fit its ints.
     headroom::expects(cp_size == static_cast<int>(cp_size) && cp_rank == static_cast<int>(cp_rank), op, ": cp_size = ",
                       cp_size, ", cp_rank = ", cp_rank, ", expected ints");
-    plan pl(values, static_cast<int>(cp_size), static_cast<int>(cp_rank), layout);
+    any_partition partition =
+        headroom::python::make_partition(values, static_cast<int>(cp_size), static_cast<int>(cp_rank), layout);
     Tensor device_cu;
     if (device >= 0) {
       Tensor host = torch::stable::empty({static_cast<std::int64_t>(values.size())}, torch::headeronly::ScalarType::Long,
@@ -121,10 +126,9 @@ class plan_cache {
       std::memcpy(host.mutable_data_ptr(), values.data(), values.size() * sizeof(std::int64_t));
       device_cu = torch::stable::to(host, torch::stable::Device(torch::headeronly::DeviceType::CUDA,
                                                                  static_cast<torch::stable::DeviceIndex>(device)));
-      pl.set_device_cu({reinterpret_cast<std::uintptr_t>(device_cu.const_data_ptr()), device_cu.numel(), 8});
     }
     plans_.push_front(std::make_shared<cached_plan const>(
-        cached_plan{cp_size, cp_rank, layout, device, stream, std::move(values), std::move(pl), device_cu}));
+        cached_plan{cp_size, cp_rank, layout, device, stream, std::move(values), std::move(partition), device_cu}));
     if (plans_.size() > capacity) plans_.pop_back();
     return plans_.front();
   }
@@ -175,10 +179,12 @@ Tensor run(kind k, Tensor const& x, Tensor const& cu, std::int64_t cp_size, std:
   headroom::expects(cuda || x.is_cpu(), op, ": input is on another device than the CPU or CUDA");
   std::uintptr_t const stream = cuda ? current_stream(x.get_device_index(), op) : 0;
   auto const held = plans().get(cu, cp_size, cp_rank, layout, cuda ? x.get_device_index() : -1, stream, op);
-  plan const& pl = held->pl;
+  any_partition const& part = held->partition;
+  auto const [local_rows, global_rows] =
+      part.visit([](auto const& p) { return std::pair{p.local_rows(), p.global_rows()}; });
   bool const to_local = k == kind::split, from_local = k == kind::split_adjoint;
-  std::int64_t const in_rows = from_local ? pl.local_rows() : pl.global_rows();
-  std::int64_t const out_rows = to_local ? pl.local_rows() : pl.global_rows();
+  std::int64_t const in_rows = from_local ? local_rows : global_rows;
+  std::int64_t const out_rows = to_local ? local_rows : global_rows;
   headroom::expects(x.size(0) == in_rows, op, ": input has ", x.size(0), " rows, expected ", in_rows,
                     from_local ? " (this rank's rows, cu_seqlens[-1] / cp_size)" : " (cu_seqlens[-1], the padded total)");
   std::vector<std::int64_t> shape(x.sizes().begin(), x.sizes().end());
@@ -190,15 +196,18 @@ Tensor run(kind k, Tensor const& x, Tensor const& cu, std::int64_t cp_size, std:
 #ifdef HEADROOM_TORCH_OPS_CUDA
   if (cuda) {
     torch::stable::accelerator::DeviceGuard guard(x.get_device_index());
-    headroom::python::cuda_ext::device_matrix in{reinterpret_cast<std::uintptr_t>(x.const_data_ptr()), in_rows, width};
-    headroom::python::cuda_ext::device_matrix o{reinterpret_cast<std::uintptr_t>(out.mutable_data_ptr()), out_rows, width};
+    namespace ce = headroom::python::cuda_ext;
+    ce::device_boundaries const dcu{reinterpret_cast<std::uintptr_t>(held->device_cu.const_data_ptr()),
+                                    held->device_cu.numel(), 8};
+    ce::device_matrix in{reinterpret_cast<std::uintptr_t>(x.const_data_ptr()), in_rows, width};
+    ce::device_matrix o{reinterpret_cast<std::uintptr_t>(out.mutable_data_ptr()), out_rows, width};
     auto const s = stream;
     int const eb = static_cast<int>(elem);
     switch (k) {
-      case kind::split: pl.split(in, o, eb, s); break;
-      case kind::split_adjoint: pl.split_adjoint(in, o, eb, s); break;
-      case kind::to_sequence_order: pl.to_sequence_order(in, o, eb, s); break;
-      case kind::to_rank_order: pl.to_rank_order(in, o, eb, s); break;
+      case kind::split: ce::split(part, dcu, in, o, eb, s); break;
+      case kind::split_adjoint: ce::split_adjoint(part, dcu, in, o, eb, s); break;
+      case kind::to_sequence_order: ce::to_sequence_order(part, dcu, in, o, eb, s); break;
+      case kind::to_rank_order: ce::to_rank_order(part, dcu, in, o, eb, s); break;
     }
     return out;
   }
@@ -209,7 +218,7 @@ Tensor run(kind k, Tensor const& x, Tensor const& cu, std::int64_t cp_size, std:
     using T = decltype(e);
     headroom::cp::matrix_view<T const> in{static_cast<T const*>(x.const_data_ptr()), in_rows, width};
     headroom::cp::matrix_view<T> o{static_cast<T*>(out.mutable_data_ptr()), out_rows, width};
-    pl.partition().visit([&](auto const& p) {
+    part.visit([&](auto const& p) {
       switch (k) {
         case kind::split: headroom::cp::split(p, in, o); break;
         case kind::split_adjoint: headroom::cp::split_adjoint(p, in, o); break;

@@ -242,15 +242,24 @@ def test_errors_are_value_errors():
         cp.Partition([0, 8, 4], 2, 0)
     _cuda = pytest.importorskip("headroom._cuda", reason="the package was built without nvcc")
 
-    with pytest.raises(headroom.invalid_argument, match="elements of 3 bytes"):
-        plan = _cuda.Plan([0, 8], 2, 0)
-        plan.set_device_cu(16, 2, 8)
-        plan.split(16, 8, 4096, 4, 1, 3, 0)
+    part = headroom.cp.Partition([0, 8], 2, 0)
+    with pytest.raises(headroom.invalid_argument, match="headroom._cuda.split: elements of 3 bytes"):
+        _cuda.split(part, (16, 2, 8), 4096, 8, 8192, 4, 1, 3, 0)
+    with pytest.raises(headroom.invalid_argument,
+                       match=r"_cuda.split: cu_seqlens entries of 2 bytes, expected int32 \(4\) or int64 \(8\)"):
+        _cuda.split(part, (16, 2, 2), 4096, 8, 8192, 4, 1, 4, 0)
+    with pytest.raises(headroom.invalid_argument,
+                       match=r"headroom._cuda.pad_split: raw cu_seqlens entries of 3 bytes, expected int32 \(4\)"):
+        _cuda.pad_split(headroom.cp.pad([0, 8], "dual_chunk", 2), part, (16, 2, 3), (32, 2, 8), 4096, 8, 8192, 4, 1,
+                        4, 0, bytes(4), 0)
+    with pytest.raises(headroom.invalid_argument, match="pad value of 2 bytes, expected one element of 4 bytes"):
+        _cuda.pad_split(headroom.cp.pad([0, 8], "dual_chunk", 2), part, (16, 2, 8), (32, 2, 8), 4096, 8, 8192, 4, 1,
+                        4, 0, bytes(2), 0)
+    with pytest.raises(headroom.invalid_argument, match="device cu_seqlens is null"):
+        _cuda.to_sequence_order(part, (0, 2, 8), 4096, 8, 8192, 8, 1, 4, 0)
     # Every subclass keeps its class: _core's translators handle the errors _cuda throws.
-    with pytest.raises(headroom.logic_error, match="no device cu_seqlens; call set_device_cu first"):
-        _cuda.Plan([0, 8], 2, 0).split(16, 8, 4096, 4, 1, 4, 0)
-    with pytest.raises(headroom.invalid_argument, match="2 entries, the plan has 3 padded boundaries"):
-        _cuda.Plan([0, 4, 8], 2, 0).set_device_cu(16, 2, 8)
+    with pytest.raises(headroom.capacity_error, match="matrix_view: shape rows x width"):
+        _cuda.split(part, (16, 2, 8), 4096, 2**40, 8192, 4, 2**40, 4, 0)
 
 
 def test_collect_output_none_is_local():
