@@ -495,11 +495,13 @@ class unit_pool {
       std::uint32_t const g = chosen[b];
       std::uint32_t const index = slot_index(g, st.shape);
       if constexpr (Assignment::pins) {
-        if (st.pinned == none) {
-          st.pinned = g;
-        } else if (st.pinned != g) {
-          ++stats_.moves;
-          if (b < 32) moved |= 1u << b;
+        if (st.pinned != g) [[unlikely]] {  // the first acquire pins; a later one that differs moved
+          if (st.pinned == none) {
+            st.pinned = g;
+          } else {
+            ++stats_.moves;
+            if (b < 32) moved |= 1u << b;
+          }
         }
       }
       order_.take(index);
