@@ -482,7 +482,7 @@ class unit_pool {
       if constexpr (!Interval) order_.template wait_for<false>(slot_index(g, st.shape), s, waited, waits);
     }
     if (Interval && !off_trace) interval_waits(t, chosen, s, waited, waits);
-    order_.issue_waits(s, waited, waits);
+    order_.issue_waits(s, waited, waits, stats_.reuse_events);
     // Phase 3: dynamic buffers (buckets without a slot, or every bucket of an off-trace acquire).
     if (off_trace || tg.dynamic_buckets != 0) [[unlikely]]
       take_buffers(bs, count, s, off_trace);
@@ -495,11 +495,13 @@ class unit_pool {
       std::uint32_t const g = chosen[b];
       std::uint32_t const index = slot_index(g, st.shape);
       if constexpr (Assignment::pins) {
-        if (st.pinned == none) {
-          st.pinned = g;
-        } else if (st.pinned != g) {
-          ++stats_.moves;
-          if (b < 32) moved |= 1u << b;
+        if (st.pinned != g) [[unlikely]] {  // the first acquire pins; a later one that differs moved
+          if (st.pinned == none) {
+            st.pinned = g;
+          } else {
+            ++stats_.moves;
+            if (b < 32) moved |= 1u << b;
+          }
         }
       }
       order_.take(index);
@@ -513,7 +515,6 @@ class unit_pool {
     stats_.slots_in_use += taken;
     if (off_trace) ++stats_.off_trace_fallbacks;
     stats_.cross_stream_waits += waits;
-    stats_.reuse_events = order_.recorded_at_reuse();
     if (stats_.slots_in_use > stats_.slots_in_use_peak) stats_.slots_in_use_peak = stats_.slots_in_use;
     ++stats_.acquisitions;
     tg.holders = 1;
@@ -641,22 +642,24 @@ class unit_pool {
     arena_ = nullptr;
   }
 
+  // What every acquire and release reads or writes comes first, together (fewer cache lines
+  // for the host to bring back after the CUDA calls between them); then the rest.
+  std::vector<target_state> targets_;  // units, then non-unit buckets
+  std::vector<bucket_state> buckets_;
+  std::vector<std::uint64_t> free_mask_;  // per shape: bit g set = group g free
+  std::vector<std::uint32_t> holder_;     // per slot: the target holding it, or none
+  detail::stream_order<Stream, Event> order_;  // per slot: the release a reuse must follow
+  detail::capture_state* capture_ = nullptr;   // the open capture scope's state (capture.hpp)
+  std::size_t unit_count_ = 0;
+  std::uint32_t shape_count_ = 0;  // plan_.shapes.size()
+  bool interval_ = false;          // sharing_.active(): an interval plan
+  pool_stats stats_;
   plan plan_;
   Upstream upstream_;
   Stream home_;
   Assignment assignment_;
   std::byte* arena_ = nullptr;
-  std::size_t unit_count_ = 0;
-  std::uint32_t shape_count_ = 0;  // plan_.shapes.size()
-  bool interval_ = false;          // sharing_.active(): an interval plan
-  std::vector<target_state> targets_;  // units, then non-unit buckets
-  std::vector<bucket_state> buckets_;
-  std::vector<std::uint32_t> holder_;  // per slot: the target holding it, or none
-  detail::stream_order<Stream, Event> order_;  // per slot: the release a reuse must follow
-  detail::capture_state* capture_ = nullptr;   // the open capture scope's state (capture.hpp)
-  detail::byte_sharing sharing_;               // interval plans: units sharing bytes
-  std::vector<std::uint64_t> free_mask_;  // per shape: bit g set = group g free
-  pool_stats stats_;
+  detail::byte_sharing sharing_;  // interval plans: units sharing bytes
 };
 
 }  // namespace headroom::pool

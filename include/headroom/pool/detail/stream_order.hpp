@@ -36,14 +36,16 @@ class stream_order {
   /// An event is busy while a free slot still refers to it, so there are never more busy events
   /// than slots, and a release always finds a free one (release_events keeps a few more).
   explicit stream_order(std::size_t slots)
-      : slots_(slots), events_(slots), release_(events_.size()) {}
+      : slots_(slots), events_(slots) {}
 
   /// The event of one release on `s`, recorded now when `record_now` (may throw a CUDA error:
   /// nothing has changed then).
   [[nodiscard]] std::uint32_t begin_release(Stream const& s, bool record_now) {
     std::uint32_t const e = events_.next();
-    if (record_now) events_[e].record(s);
-    release_[e] = {record_now ? ++clock_ : 0, s};
+    auto& re = events_[e];
+    if (record_now) re.event.record(s);
+    re.stamp = record_now ? ++clock_ : 0;
+    re.stream = s;
     events_.claim();
     return e;
   }
@@ -72,7 +74,7 @@ class stream_order {
     auto& sl = slots_[i];
     std::uint32_t const e = sl.event;
     if (e == none) return;  // not pending
-    auto const& re = release_[e];
+    auto const& re = events_[e];
     if (re.stream == s) return;
     if constexpr (Mark) {
       if (sl.waited && sl.waited_by == s) return;
@@ -81,7 +83,7 @@ class stream_order {
     }
     for (std::uint64_t k = 0; k < waits; ++k) {
       std::uint32_t& w = waited[k];
-      auto const& rw = release_[w];
+      auto const& rw = events_[w];
       if (!(rw.stream == re.stream)) continue;
       if (w != e && rw.stamp != 0 && (re.stamp == 0 || re.stamp > rw.stamp)) w = e;  // e covers w
       return;
@@ -89,18 +91,18 @@ class stream_order {
     waited[waits++] = e;
   }
   /// Orders `s` after the events wait_for kept, on the device: records those the releases
-  /// deferred (on their releasing streams), then one wait each. May throw (a CUDA error); extra
-  /// records and waits are harmless, nothing else changes.
-  void issue_waits(Stream const& s, std::uint32_t const* waited, std::uint64_t waits) {
+  /// deferred (on their releasing streams, counting them in `recorded`), then one wait each. May
+  /// throw (a CUDA error); extra records and waits are harmless, nothing else changes.
+  void issue_waits(Stream const& s, std::uint32_t const* waited, std::uint64_t waits, std::uint64_t& recorded) {
     for (std::uint64_t k = 0; k < waits; ++k) {
       std::uint32_t const e = waited[k];
-      auto& re = release_[e];
-      if (re.stamp == 0) {
-        events_[e].record(re.stream);
+      auto& re = events_[e];
+      if (re.stamp == 0) [[unlikely]] {
+        re.event.record(re.stream);
         re.stamp = ++clock_;
-        ++recorded_at_reuse_;
+        ++recorded;
       }
-      events_[e].wait_on(s);
+      re.event.wait_on(s);
     }
   }
   /// Slot `i` is taken: it no longer follows its release (its event is free once no slot does).
@@ -122,8 +124,6 @@ class stream_order {
     return n;
   }
   [[nodiscard]] std::size_t busy() const noexcept { return events_.busy(); }
-  /// Events recorded by a wait because the release deferred them.
-  [[nodiscard]] std::uint64_t recorded_at_reuse() const noexcept { return recorded_at_reuse_; }
 
   /// Makes `home` wait for every pending release on another stream (the pool is about to free
   /// its memory on `home`); if a wait fails, the host waits for the releases instead.
@@ -132,7 +132,7 @@ class stream_order {
     // pending slot holds the same event. Quadratic in the slots, once, at destruction.
     auto const waits = [&](std::size_t i) {
       auto const e = slots_[i].event;
-      if (e == none || release_[e].stream == home) return false;
+      if (e == none || events_[e].stream == home) return false;
       for (std::size_t j = 0; j < i; ++j)
         if (slots_[j].event == e) return false;  // same event, so same stream
       return true;
@@ -140,18 +140,18 @@ class stream_order {
     try {
       for (std::size_t i = 0; i < slots_.size(); ++i)
         if (waits(i)) {
-          auto const e = slots_[i].event;
-          if (release_[e].stamp == 0) {
-            events_[e].record(release_[e].stream);
-            release_[e].stamp = ++clock_;
+          auto& re = events_[slots_[i].event];
+          if (re.stamp == 0) {
+            re.event.record(re.stream);
+            re.stamp = ++clock_;
           }
-          events_[e].wait_on(home);
+          re.event.wait_on(home);
         }
     } catch (...) {
       for (auto const& sl : slots_)
-        if (sl.event != none && release_[sl.event].stamp != 0) {
+        if (sl.event != none && events_[sl.event].stamp != 0) {
           try {
-            events_[sl.event].synchronize();
+            events_[sl.event].event.synchronize();
           } catch (...) {
           }
         }
@@ -160,23 +160,15 @@ class stream_order {
 
  private:
   // A slot is pending (released, and not taken since) while it has an event; the releasing
-  // stream is the event's (release_).
+  // stream is the event's.
   struct slot_release {
     std::uint32_t event = none;  // that release's event (shared by every slot it freed)
     bool waited = false;         // `waited_by` already follows the release (interval plans: shared bytes)
     Stream waited_by{};
   };
   std::vector<slot_release> slots_;
-  release_events<Event> events_;
-  // Per event, one record (one array on the hot path): when it was recorded (clock_, to find
-  // the latest per stream; 0 = not yet, the release deferred it) and its release's stream.
-  struct release_info {
-    std::uint64_t stamp = 0;
-    Stream stream{};
-  };
-  std::vector<release_info> release_;
+  release_events<Stream, Event> events_;  // per event: its release's stream and record stamp
   std::uint64_t clock_ = 0;
-  std::uint64_t recorded_at_reuse_ = 0;
 };
 
 }  // namespace headroom::pool::detail
