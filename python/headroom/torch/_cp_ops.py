@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from headroom import invalid_argument
+from headroom import invalid_argument, logic_error
 
 from ._cp_plans import _check_rows, _cuda, _launch_args, _lookup, _on_device
 
@@ -262,10 +262,12 @@ def _register_autograd(name, grad_fn, nargs):
     torch.library.register_autograd(f"headroom::{name}", backward, setup_context=setup_context)
 
 
-_register_autograd("cp_split", _split_grad, 5)
-_register_autograd("cp_split_adjoint", _split_adjoint_grad, 5)
-_register_autograd("cp_to_sequence_order", _to_sequence_order_grad, 4)
-_register_autograd("cp_to_rank_order", _to_rank_order_grad, 4)
+# The C++ ops (when headroom._torch_ops is built) get a leaner autograd kernel, below _Eager.
+_GRADS = {"cp_split": _split_grad, "cp_split_adjoint": _split_adjoint_grad,
+          "cp_to_sequence_order": _to_sequence_order_grad, "cp_to_rank_order": _to_rank_order_grad}
+if _torch_ops is None:
+    for _name, _grad in _GRADS.items():
+        _register_autograd(_name, _grad, 5 if "split" in _name else 4)
 _register_autograd("cp_pad_split", _pad_split_grad, 10)
 _register_autograd("cp_pad_split_adjoint", _pad_split_adjoint_grad, 10)
 
@@ -276,21 +278,28 @@ _register_autograd("cp_pad_split_adjoint", _pad_split_adjoint_grad, 10)
 
 
 class _Eager(torch.autograd.Function):
-    """The eager path's autograd node: one non-tensor argument (impl, grad formula, op arguments,
-    plan); it keeps only the grad formula, the op arguments and the input's row count."""
+    """The autograd node of the eager path and of the C++ ops: one non-tensor argument (impl, grad
+    formula, op arguments, plan or keyset); it keeps only the grad formula, the op arguments, the
+    boundaries' version and the input's row count."""
 
     @staticmethod
     def forward(ctx, x, call):
         impl, grad, args, entry = call
         # Not the plan: the graph keeps what it holds alive. The row count only where the formula
-        # takes it (reading x.shape costs every other op a little).
-        ctx.call = (grad, args, x.shape[0]) if grad is _pad_split_grad else (grad, args)
+        # takes it (reading x.shape costs every other op a little). The boundaries' version, as
+        # save_for_backward would check it: changed in place, they would give another gradient.
+        ctx.call = ((grad, args, args[0]._version, x.shape[0]) if grad is _pad_split_grad
+                    else (grad, args, args[0]._version))
         return impl(x, *args, entry)
 
     @staticmethod
     def backward(ctx, g):
-        grad, *rest = ctx.call
-        return grad(g, *rest), None
+        grad, args, version, *rows = ctx.call
+        if args[0]._version != version:
+            raise logic_error(f"headroom.torch.cp: the boundaries (cu_seqlens) were modified in place after the "
+                              f"forward (version {args[0]._version}, expected {version}), so the backward would "
+                              f"use other ones; change a copy")
+        return grad(g, args, *rows), None
 
 
 # Function.apply in Python (torch <= 2.14) binds default arguments and walks the arguments for
@@ -321,3 +330,38 @@ def _call(op, impl, grad, x, entry, args):
     if x.requires_grad and _grad_enabled():
         return _eager_apply(x, (impl, grad, args, entry))
     return impl(x, *args, entry)
+
+
+# ---- autograd of the C++ ops: a Python kernel at the Autograd key (the stable ABI registers none) ----
+# torch.library.register_autograd registers a generic one (torch/_library/autograd.py): with no
+# input that needs grad it enters _AutoDispatchBelowAutograd and redispatches through the
+# OpOverload; with one, its Function.apply in Python (default binding, functorch's wrapper walk)
+# runs a forward that fills the schema's defaults and calls setup_context. These ops have one
+# differentiable input (cu_seqlens is an integer tensor) and no defaults: without grad the kernel
+# redispatches below autograd straight away (the TLS guard is not needed: nothing nested records a
+# graph without an input that needs grad); with grad it builds the eager path's node, whose
+# forward redispatches, through the C++ apply outside functorch transforms as the eager path does.
+
+_after_autograd = torch._C._after_autograd_keyset
+_autograd_lib = torch.library.Library("headroom", "IMPL") if _torch_ops is not None else None
+
+
+def _register_cpp_autograd(name, grad):
+    redispatch = getattr(torch.ops.headroom, name).default._handle.redispatch_boxed
+
+    def below(x, *rest):  # _Eager's implementation: the op's arguments after x, then the keyset
+        return redispatch(rest[-1], x, *rest[:-1])
+
+    def kernel(keyset, x, *args):
+        keyset = keyset & _after_autograd
+        if x.requires_grad and _grad_enabled():
+            apply = _eager_apply if _functorch_level() is None else _Eager.apply
+            return apply(x, (below, grad, args, keyset))
+        return redispatch(keyset, x, *args)
+
+    _autograd_lib.impl(name, kernel, "Autograd", with_keyset=True)
+
+
+if _torch_ops is not None:
+    for _name, _grad in _GRADS.items():
+        _register_cpp_autograd(_name, _grad)

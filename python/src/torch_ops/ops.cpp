@@ -23,6 +23,7 @@
 #include <torch/csrc/stable/ops.h>
 #include <torch/csrc/stable/tensor.h>
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <list>
@@ -79,23 +80,48 @@ std::string dtype_name(torch::headeronly::ScalarType t) {
   }
 }
 
-std::vector<std::int64_t> host_values(Tensor const& cu, char const* op) {
-  headroom::expects(cu.dim() == 1, op, ": cu_seqlens has ", cu.dim(), " dimensions, expected one");
-  headroom::expects(cu.is_cpu(), op, ": cu_seqlens is on a device, expected a CPU tensor (Partition.cu_seqlens)");
-  auto const type = cu.scalar_type();
-  bool const i64 = type == torch::headeronly::ScalarType::Long;
-  headroom::expects(i64 || type == torch::headeronly::ScalarType::Int, op, ": cu_seqlens has dtype ",
-                    dtype_name(type), ", expected torch.int32 or torch.int64");
-  Tensor const c = cu.is_contiguous() ? cu : torch::stable::contiguous(cu);  // a dispatcher call only when needed
-  std::vector<std::int64_t> out(static_cast<std::size_t>(c.numel()));
-  if (i64) {
-    std::memcpy(out.data(), c.const_data_ptr(), out.size() * sizeof(std::int64_t));
-  } else {
-    auto const* p = static_cast<std::int32_t const*>(c.const_data_ptr());
-    for (std::size_t i = 0; i < out.size(); ++i) out[i] = p[i];
+/// cu_seqlens' values where they lie on the host (int64 or int32; a contiguous copy only when
+/// strided), checked: a call compares them with the cached plans' without copying them out.
+class host_boundaries {
+ public:
+  host_boundaries(Tensor const& cu, char const* op) {
+    headroom::expects(cu.dim() == 1, op, ": cu_seqlens has ", cu.dim(), " dimensions, expected one");
+    headroom::expects(cu.is_cpu(), op, ": cu_seqlens is on a device, expected a CPU tensor (Partition.cu_seqlens)");
+    auto const type = cu.scalar_type();
+    i64_ = type == torch::headeronly::ScalarType::Long;
+    headroom::expects(i64_ || type == torch::headeronly::ScalarType::Int, op, ": cu_seqlens has dtype ",
+                      dtype_name(type), ", expected torch.int32 or torch.int64");
+    held_ = cu.is_contiguous() ? cu : torch::stable::contiguous(cu);  // a dispatcher call only when needed
+    data_ = held_.const_data_ptr();
+    size_ = static_cast<std::size_t>(held_.numel());
   }
-  return out;
-}
+
+  bool operator==(std::vector<std::int64_t> const& values) const {
+    if (values.size() != size_) return false;
+    if (i64_) return size_ == 0 || std::memcmp(values.data(), data_, size_ * sizeof(std::int64_t)) == 0;
+    auto const* p = static_cast<std::int32_t const*>(data_);
+    for (std::size_t i = 0; i < size_; ++i)
+      if (values[i] != p[i]) return false;
+    return true;
+  }
+
+  std::vector<std::int64_t> values() const {
+    std::vector<std::int64_t> out(size_);
+    if (i64_) {
+      if (size_) std::memcpy(out.data(), data_, size_ * sizeof(std::int64_t));
+    } else {
+      auto const* p = static_cast<std::int32_t const*>(data_);
+      for (std::size_t i = 0; i < size_; ++i) out[i] = p[i];
+    }
+    return out;
+  }
+
+ private:
+  Tensor held_;
+  void const* data_ = nullptr;
+  std::size_t size_ = 0;
+  bool i64_ = true;
+};
 
 class plan_cache {
  public:
@@ -104,12 +130,12 @@ class plan_cache {
   /// copy is made on), held by the caller while it launches (the cache may drop it meanwhile).
   std::shared_ptr<cached_plan const> get(Tensor const& cu, std::int64_t cp_size, std::int64_t cp_rank,
                                          std::string const& layout, int device, std::uintptr_t stream, char const* op) {
-    auto values = host_values(cu, op);
+    host_boundaries const boundaries(cu, op);
     std::lock_guard lock(mutex_);
     for (auto it = plans_.begin(); it != plans_.end(); ++it) {
       auto const& c = **it;
       if (c.cp_size == cp_size && c.cp_rank == cp_rank && c.device == device && c.stream == stream &&
-          c.layout == layout && c.cu == values) {
+          c.layout == layout && boundaries == c.cu) {
         if (it != plans_.begin()) plans_.splice(plans_.begin(), plans_, it);
         return plans_.front();
       }
@@ -117,6 +143,7 @@ class plan_cache {
     // The partition checks the values; here only that they fit its ints.
     headroom::expects(cp_size == static_cast<int>(cp_size) && cp_rank == static_cast<int>(cp_rank), op, ": cp_size = ",
                       cp_size, ", cp_rank = ", cp_rank, ", expected ints");
+    auto values = boundaries.values();
     any_partition partition =
         headroom::python::make_partition(values, static_cast<int>(cp_size), static_cast<int>(cp_rank), layout);
     Tensor device_cu;
@@ -158,6 +185,32 @@ std::uintptr_t current_stream(int device, char const* op) {
 std::uintptr_t current_stream(int, char const*) { return 0; }  // CPU tensors only in this build
 #endif
 
+/// A contiguous tensor like `x` (dtype, device) with `rows` rows. Through the AOTI shim's
+/// empty_strided: torch::stable::new_empty (TORCH_TARGET_VERSION 2.10) finds aten::new_empty by
+/// name in the dispatcher and boxes its arguments on every call.
+Tensor empty_rows(Tensor const& x, std::int64_t rows) {
+  auto const sizes = x.sizes();
+  std::size_t const dim = sizes.size();
+  std::array<std::int64_t, 16> small{};  // sizes then strides, for up to 8 dimensions
+  std::vector<std::int64_t> large(dim > small.size() / 2 ? 2 * dim : 0);
+  std::int64_t* const shape = large.empty() ? small.data() : large.data();
+  std::int64_t* const strides = shape + dim;
+  std::int64_t stride = 1;
+  for (std::size_t d = dim; d-- > 0;) {
+    shape[d] = d == 0 ? rows : sizes[d];
+    strides[d] = stride;
+    stride *= shape[d] > 1 ? shape[d] : 1;  // as torch's contiguous strides
+  }
+  std::int32_t dtype = 0, device_type = 0, device_index = 0;
+  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_dtype(x.get(), &dtype));
+  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_type(x.get(), &device_type));
+  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_index(x.get(), &device_index));
+  AtenTensorHandle handle = nullptr;
+  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(static_cast<std::int64_t>(dim), shape, strides, dtype,
+                                                         device_type, device_index, &handle));
+  return Tensor(handle);
+}
+
 enum class kind { split, split_adjoint, to_sequence_order, to_rank_order };
 
 char const* name_of(kind k) {
@@ -187,9 +240,7 @@ Tensor run(kind k, Tensor const& x, Tensor const& cu, std::int64_t cp_size, std:
   std::int64_t const out_rows = to_local ? local_rows : global_rows;
   headroom::expects(x.size(0) == in_rows, op, ": input has ", x.size(0), " rows, expected ", in_rows,
                     from_local ? " (this rank's rows, cu_seqlens[-1] / cp_size)" : " (cu_seqlens[-1], the padded total)");
-  std::vector<std::int64_t> shape(x.sizes().begin(), x.sizes().end());
-  shape[0] = out_rows;
-  Tensor out = torch::stable::new_empty(x, shape);
+  Tensor out = empty_rows(x, out_rows);
   std::int64_t const width = in_rows ? x.numel() / in_rows : 0;
   if (x.numel() == 0 && out.numel() == 0) return out;
   std::size_t const elem = x.element_size();

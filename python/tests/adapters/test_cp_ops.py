@@ -298,6 +298,24 @@ def test_partition_methods_see_boundaries_changed_in_place():
     assert not torch.equal(before, raw.pad_split(ids))
 
 
+def test_backward_refuses_boundaries_changed_in_place():
+    # The gradient follows the forward's boundaries: changed in place in between (values or not),
+    # the backward refuses, as save_for_backward would, instead of scattering by other ones.
+    # Through the Partition (eager) and through torch.ops (the C++ ops' autograd kernel, or the
+    # Python ops' register_autograd, whose save_for_backward says it in torch's words).
+    via_ops = (headroom.logic_error, "modified in place after the forward") if _cp_ops._torch_ops is not None \
+        else (RuntimeError, "modified by an inplace operation")
+    for name, (exc, match) in (("eager", (headroom.logic_error, "modified in place after the forward")),
+                               ("torch.ops", via_ops)):
+        p = cp.Partition([0, 8, 20], 2, 0)
+        x = torch.arange(20.0).unsqueeze(1).requires_grad_()
+        y = p.split(x) if name == "eager" else ops.cp_split(x, p.cu_seqlens, 2, 0, "dual_chunk")
+        p.cu_seqlens[2] = 16
+        with pytest.raises(exc, match=match):
+            y.sum().backward()
+        assert x.grad is None, name
+
+
 def test_eager_path_equals_dispatcher():
     # Partition's methods skip the dispatcher in plain eager mode; under a dispatch mode (as
     # torch.compile and opcheck are) they go through torch.ops.headroom. Same values, same grads.
