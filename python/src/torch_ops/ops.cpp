@@ -41,6 +41,14 @@
 #include "headroom/cp/ops.hpp"
 #ifdef HEADROOM_TORCH_OPS_CUDA
 #include "launch.hpp"
+
+// The shim's error check: STABLE_TORCH_ERROR_CODE_CHECK in newer torch headers, TORCH_ERROR_CODE_CHECK
+// in 2.10 / 2.11 (one source for every torch the module is built against).
+#if defined(STABLE_TORCH_ERROR_CODE_CHECK)
+#define HEADROOM_SHIM_CHECK(call) STABLE_TORCH_ERROR_CODE_CHECK(call)
+#else
+#define HEADROOM_SHIM_CHECK(call) TORCH_ERROR_CODE_CHECK(call)
+#endif
 #endif
 
 namespace {
@@ -202,11 +210,11 @@ Tensor empty_rows(Tensor const& x, std::int64_t rows) {
     stride *= shape[d] > 1 ? shape[d] : 1;  // as torch's contiguous strides
   }
   std::int32_t dtype = 0, device_type = 0, device_index = 0;
-  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_dtype(x.get(), &dtype));
-  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_type(x.get(), &device_type));
-  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_index(x.get(), &device_index));
+  HEADROOM_SHIM_CHECK(aoti_torch_get_dtype(x.get(), &dtype));
+  HEADROOM_SHIM_CHECK(aoti_torch_get_device_type(x.get(), &device_type));
+  HEADROOM_SHIM_CHECK(aoti_torch_get_device_index(x.get(), &device_index));
   AtenTensorHandle handle = nullptr;
-  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(static_cast<std::int64_t>(dim), shape, strides, dtype,
+  HEADROOM_SHIM_CHECK(aoti_torch_empty_strided(static_cast<std::int64_t>(dim), shape, strides, dtype,
                                                          device_type, device_index, &handle));
   return Tensor(handle);
 }
