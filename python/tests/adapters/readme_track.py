@@ -15,7 +15,7 @@ import sys
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+import spawned
 
 
 def readme_blocks(readme):
@@ -109,7 +109,7 @@ def main(readme, workdir):
         finally:
             os.chdir(here)
         print(f"README python block {i + 1}: ran")
-    mp.spawn(worker, args=(2, workdir), nprocs=2, join=True)
+    spawned.spawn(worker, args=(2, workdir), nprocs=2)
     print("cp.gather over gloo and a torch pipeline from a headroom schedule's CSV: ran")
 
 

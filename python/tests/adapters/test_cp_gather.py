@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+import spawned
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
                                 reason="torch.distributed with gloo is not available")
@@ -143,7 +143,7 @@ def test_gather_over_gloo(world, tmp_path):
     from test_cp_dropins import _areal_source
 
     areal_ok = _areal_source()[0] is not None
-    mp.spawn(_worker, args=(world, str(tmp_path / "store"), areal_ok), nprocs=world, join=True)
+    spawned.spawn(_worker, args=(world, str(tmp_path / "store"), areal_ok), nprocs=world)
     if not areal_ok:
         pytest.skip("gather checked; AReaL's gathers not compared (AReaL is not installed)")
 

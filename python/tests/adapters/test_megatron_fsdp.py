@@ -567,9 +567,9 @@ def _agreement_worker(rank, init_file, out_dir):
 def test_ranks_with_different_plans_fail_before_allocating(tmp_path):
     import pickle
 
-    import torch.multiprocessing as mp
+    import spawned
 
-    mp.spawn(_agreement_worker, args=(str(tmp_path / "init"), str(tmp_path)), nprocs=2, join=True)
+    spawned.spawn(_agreement_worker, args=(str(tmp_path / "init"), str(tmp_path)), nprocs=2)
     res = [pickle.loads((tmp_path / f"rank{r}.pkl").read_bytes()) for r in range(2)]
     assert res[0]["same"] == res[1]["same"]
     for r in res:

@@ -143,11 +143,11 @@ def _worker(rank, init_file, out_dir, log_file):
 
 
 def test_megatron_fsdp_runs_on_headroom_arenas(tmp_path):
-    import torch.multiprocessing as mp
+    import spawned
 
     from headroom import pool as hp
 
-    mp.spawn(_worker, args=(str(tmp_path / "init"), str(tmp_path), str(tmp_path / "log")), nprocs=2, join=True)
+    spawned.spawn(_worker, args=(str(tmp_path / "init"), str(tmp_path), str(tmp_path / "log")), nprocs=2)
     for rank in range(2):
         res = pickle.loads((tmp_path / f"rank{rank}.pkl").read_bytes())
         maxpool = sum(v for k, v in res["maxpool"]["buffers"].items() if k.startswith("fsdp_"))

@@ -13,7 +13,7 @@ import traceback
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+import spawned
 
 import headroom
 from headroom.torch import stats as hs
@@ -171,7 +171,7 @@ def worker(rank, init_file, out_dir):
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     d = tmp_path_factory.mktemp("stats_steady")
-    mp.spawn(worker, args=(str(d / "init"), str(d)), nprocs=WORLD, join=True)
+    spawned.spawn(worker, args=(str(d / "init"), str(d)), nprocs=WORLD)
     out = []
     for r in range(WORLD):
         with open(d / f"rank{r}.pkl", "rb") as f:

@@ -24,7 +24,7 @@ import traceback
 import numpy as np
 import pytest
 import torch.distributed as dist
-import torch.multiprocessing as mp
+import spawned
 
 import headroom
 from headroom.torch import stats as hs
@@ -142,7 +142,7 @@ def worker(rank, init_file, out_dir):
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     d = tmp_path_factory.mktemp("stats_validity")
-    mp.spawn(worker, args=(str(d / "init"), str(d)), nprocs=WORLD, join=True)
+    spawned.spawn(worker, args=(str(d / "init"), str(d)), nprocs=WORLD)
     out = []
     for r in range(WORLD - 1):
         with open(d / f"rank{r}.pkl", "rb") as f:
