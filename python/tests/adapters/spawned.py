@@ -6,8 +6,9 @@ parent as before, through spawn's error file).
 Why: with torch 2.15 from PyPI, ranks of gloo worlds were lost to SIGABRT ("terminate called
 without an active exception") after their work had finished and been checked: twice in CI on
 2026-11-28, in two different tests (one of them imports nothing of headroom but the stats
-module). The abort comes from the interpreter's teardown with torch's threads still running;
-its cause inside torch was not found. Skipping that teardown takes nothing a test checks."""
+module). The rank's output was complete, so the abort came after its function had returned:
+presumably in the interpreter's teardown with torch's threads still running (not proven; its
+cause was not found). Skipping that teardown takes nothing a test checks."""
 import os
 import sys
 
