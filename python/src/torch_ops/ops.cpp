@@ -41,6 +41,7 @@
 #include "headroom/cp/ops.hpp"
 #ifdef HEADROOM_TORCH_OPS_CUDA
 #include "launch.hpp"
+#endif
 
 // The shim's error check: STABLE_TORCH_ERROR_CODE_CHECK in newer torch headers, TORCH_ERROR_CODE_CHECK
 // in 2.10 / 2.11 (one source for every torch the module is built against).
@@ -48,7 +49,6 @@
 #define HEADROOM_SHIM_CHECK(call) STABLE_TORCH_ERROR_CODE_CHECK(call)
 #else
 #define HEADROOM_SHIM_CHECK(call) TORCH_ERROR_CODE_CHECK(call)
-#endif
 #endif
 
 namespace {
