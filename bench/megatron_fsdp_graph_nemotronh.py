@@ -623,9 +623,6 @@ def main() -> int:
         if v not in VARIANTS:
             ap.error(f"--variants: {v!r}; expected some of {', '.join(VARIANTS)}")
     for a in args.allocators.split(","):
-        if a.partition("@")[0] not in ("max", "by_bytes", "interval") and a != MAXPOOL or a.partition("@")[2] not in ("", "nccl"):
-            ap.error(f"--allocators: {a!r}; expected some of max, by_bytes, interval (each optionally with @nccl: "
-                     f"the arena in a registered ProcessGroupNCCL pool), {MAXPOOL}")
         if a.endswith("@nccl") and args.dry_run:
             ap.error(f"--allocators {a}: @nccl needs NCCL (not --dry-run)")
     if args.warmup < 2:
@@ -640,6 +637,12 @@ def main() -> int:
     except ImportError as e:
         skipped(f"torch is not importable ({e})")
     require_headroom_and_nemotronh(skipped)
+    from headroom.pool import lifetime_planners  # the planner names, from the C++
+
+    for a in args.allocators.split(","):
+        if a.partition("@")[0] not in lifetime_planners and a != MAXPOOL or a.partition("@")[2] not in ("", "nccl"):
+            ap.error(f"--allocators: {a!r}; expected some of {', '.join(lifetime_planners)} (each optionally with "
+                     f"@nccl: the arena in a registered ProcessGroupNCCL pool), {MAXPOOL}")
     if args.predict:
         return predict(args)
     if not args.dry_run and (not torch.cuda.is_available() or torch.cuda.device_count() < args.world_size):
