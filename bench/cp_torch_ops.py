@@ -200,6 +200,8 @@ def dispatch_rows(args, modules):
     cu_t = part.cu_seqlens
     pad = torch.tensor(0, dtype=ids.dtype).numpy().tobytes()
     below = torch._C._AutoDispatchBelowAutograd
+    aten = torch.ops.aten  # the peer through the same door: a torch op called through torch.ops, allocating
+    perm = torch.randperm(tokens, device="cuda")  # a whole-sequence reorder's index
 
     def cpp(op, *a):  # the op below the Autograd key: no Python autograd kernel
         def call():
@@ -210,32 +212,34 @@ def dispatch_rows(args, modules):
         ("split", lambda: part.split(x), lambda: ops.cp_split(x, cu_t, cp, rank, "dual_chunk"),
          cpp(ops.cp_split, x, cu_t, cp, rank, "dual_chunk"),
          lambda: _cuda.split(p, dev_cu, x.data_ptr(), tokens, out_local.data_ptr(), part.local_rows, width, 2, s),
-         lambda: torch.index_select(x, 0, index, out=out_local)),
+         lambda: torch.index_select(x, 0, index, out=out_local),
+         lambda: aten.index_select(x, 0, index)),
         ("split (input needs grad)", lambda: part.split(xg), lambda: ops.cp_split(xg, cu_t, cp, rank, "dual_chunk"),
          None,
          lambda: _cuda.split(p, dev_cu, x.data_ptr(), tokens, out_local.data_ptr(), part.local_rows, width, 2, s),
          # PyTorch's own differentiable gather (allocating, as the op does): its autograd node too
-         lambda: torch.index_select(xg, 0, index)),
+         lambda: torch.index_select(xg, 0, index),
+         lambda: aten.index_select(xg, 0, index)),
         ("split_adjoint", lambda: part.split_adjoint(local), lambda: ops.cp_split_adjoint(local, cu_t, cp, rank, "dual_chunk"),
          cpp(ops.cp_split_adjoint, local, cu_t, cp, rank, "dual_chunk"),
          lambda: _cuda.split_adjoint(p, dev_cu, local.data_ptr(), part.local_rows, out_global.data_ptr(), tokens, width,
-                                     2, s), None),
+                                     2, s), None, None),
         ("to_sequence_order", lambda: part.to_sequence_order(x), lambda: ops.cp_to_sequence_order(x, cu_t, cp, "dual_chunk"),
          cpp(ops.cp_to_sequence_order, x, cu_t, cp, "dual_chunk"),
          lambda: _cuda.to_sequence_order(p, dev_cu, x.data_ptr(), tokens, out_global.data_ptr(), tokens, width, 2, s),
-         None),
+         None, lambda: aten.index_select(x, 0, perm)),
         ("pad_split shift 1", lambda: rpart.pad_split(ids, 0, 1), None, None,
          lambda: _cuda.pad_split(padding, rp, dev_rcu, dev_pcu, ids.data_ptr(), raw_cu[-1], out_ids.data_ptr(),
-                                 rpart.local_rows, 1, 8, s, pad, 1), None),
+                                 rpart.local_rows, 1, 8, s, pad, 1), None, None),
     ]
     floor = autograd_floor_us(args, xg, part.local_rows)
     times = host_us_each([fn for row in rows for fn in row[1:]], args.calls)
     results = []
     for i, (name, *_) in enumerate(rows):
-        via_partition, via_ops, cpp_op, raw, index_select = times[5 * i:5 * i + 5]
+        via_partition, via_ops, cpp_op, raw, index_select, aten_ops = times[6 * i:6 * i + 6]
         r = {"op": name, "tokens": tokens, "width": width, "cp": cp, "calls": args.calls,
              "partition_us": via_partition, "torch_ops_us": via_ops, "cpp_op_us": cpp_op, "raw_us": raw,
-             "index_select_us": index_select}
+             "index_select_us": index_select, "aten_torch_ops_us": aten_ops}
         r["overhead_us"] = r["partition_us"] - r["raw_us"]
         if via_ops is not None:  # through the dispatcher: the C++ op of headroom._torch_ops when built
             r["torch_ops_overhead_us"] = via_ops - raw
@@ -300,15 +304,18 @@ def main():
     print(f"dispatch: host us per call, {args.calls} calls back to back, median of 5 rounds over every row; overhead = op (Partition) - raw")
     print("Partition: the method (eager: no dispatcher); torch.ops: torch.ops.headroom.* (what compile and export see), "
           f"{ops_kind()}")
+    print("aten ops: torch.ops.aten.index_select (the peer: torch's own gather through torch.ops, allocating its "
+          "output; to_sequence_order: a whole-sequence permutation)")
     print("C++ op: torch.ops below autograd (the C++ op alone, a guard each call; torch.ops - C++ op: the Python "
           "autograd kernel)")
     print(f"{'op':26} {'Partition':>9} {'torch.ops':>9} {'C++ op':>7} {'raw':>7} {'overhead':>8} {'ops ovh':>8} "
-          f"{'index_select':>12}")
+          f"{'index_select':>12} {'aten ops':>8}")
     fmt = lambda v: f"{v:.2f}" if v is not None else "-"  # noqa: E731
     for r in dispatch:
         late = [w for w, k in (("Partition", "meets_target"), ("torch.ops", "torch_ops_meets_target")) if r.get(k) is False]
         print(f"{r['op']:26} {r['partition_us']:9.2f} {fmt(r['torch_ops_us']):>9} {fmt(r['cpp_op_us']):>7} "
-              f"{r['raw_us']:7.2f} {r['overhead_us']:8.2f} {fmt(r.get('torch_ops_overhead_us')):>8} {fmt(r['index_select_us']):>12}"
+              f"{r['raw_us']:7.2f} {r['overhead_us']:8.2f} {fmt(r.get('torch_ops_overhead_us')):>8} "
+              f"{fmt(r['index_select_us']):>12} {fmt(r['aten_torch_ops_us']):>8}"
               f"{'  > 10 us: ' + ', '.join(late) if late else ''}")
     for r in dispatch:
         if "autograd_floor_us" in r:

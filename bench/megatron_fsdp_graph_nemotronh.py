@@ -315,8 +315,13 @@ def run_rank(rank, args, out_path):
         device = torch.device("cpu")
     else:
         device = init_rank(rank, args)
+    res["stream"] = args.stream
     try:
-        body(rank, args, device, res)
+        if args.stream == "side" and not args.dry_run:
+            with torch.cuda.stream(torch.cuda.Stream()):
+                body(rank, args, device, res)
+        else:
+            body(rank, args, device, res)
     except Exception as e:  # noqa: BLE001 - reported by the parent
         res["error"] = f"{first_line(e)} at {where(e)}\n{traceback.format_exc()[-3000:]}"
     Path(f"{out_path}.rank{rank}").write_text(json.dumps(res, default=str))
@@ -454,7 +459,7 @@ def body(rank, args, device, res) -> None:
     except Exception as e:  # noqa: BLE001 - the strategy's verdict
         cause = root_cause(e)
         a.update(status="FAIL", error=first_line(cause), where=where(cause), raised_as=first_line(e),
-                 trace=traceback.format_exc()[-2500:])
+                 trace="".join(traceback.format_exception(cause))[-6000:])
         phase[0] = "done"
         try_graphed_units(fsdp, sample, res)
         return
@@ -502,7 +507,8 @@ def try_graphed_units(fsdp, sample, res) -> None:
                  where="-")
     except Exception as e:  # noqa: BLE001 - the strategy's verdict
         cause = root_cause(e)
-        b.update(status="FAIL", error=first_line(cause), where=where(cause))
+        b.update(status="FAIL", error=first_line(cause), where=where(cause),
+                 trace="".join(traceback.format_exception(cause))[-6000:])
 
 
 def child(args) -> None:
@@ -604,6 +610,10 @@ def main() -> int:
                     help="timed eager steps, each compared with the one before; the last is the reference")
     ap.add_argument("--replays", type=int, default=10)
     ap.add_argument("--capture-error-mode", default="thread_local", choices=("thread_local", "global", "relaxed"))
+    ap.add_argument("--stream", default="side", choices=("side", "default"),
+                    help="side: each rank builds, shards and runs its eager steps on one stream of its own "
+                         "(autograd keeps the stream a parameter's gradient node was made on, and a capture "
+                         "cannot join the legacy default stream); default: on the default stream")
     ap.add_argument("--world-size", type=int, default=2)
     ap.add_argument("--port", type=int, default=29871)
     ap.add_argument("--collective-timeout", type=int, default=60, help="seconds, every collective")
@@ -662,7 +672,7 @@ def main() -> int:
                "megatron_fsdp": mfsdp_version, "device": "cpu (dry run)" if args.dry_run else torch.cuda.get_device_name(0),
                "world_size": args.world_size, "seq": args.seq, "batch": args.batch,
                "hidden": args.hidden, "experts": args.experts,
-               "capture_error_mode": args.capture_error_mode, "variants": {k: VARIANTS[k] for k in args.variants.split(",")},
+               "capture_error_mode": args.capture_error_mode, "stream": args.stream, "variants": {k: VARIANTS[k] for k in args.variants.split(",")},
                "runs": [], "blocked": [], "nccl_ub": ub, "not_run": []}
     print(f"NemotronH under Megatron-FSDP {mfsdp_version} (cuda_graph_mode=True), dp = {args.world_size}, "
           f"{summary['device']}, torch {torch.__version__}, seq {args.seq} x batch {args.batch}, {summary['date']}",
@@ -682,7 +692,7 @@ def main() -> int:
                    "--port", str(port), "--seq", str(args.seq), "--batch", str(args.batch),
                    "--hidden", str(args.hidden), "--experts", str(args.experts),
                    "--warmup", str(args.warmup), "--iters", str(args.iters), "--replays", str(args.replays),
-                   "--capture-error-mode", args.capture_error_mode,
+                   "--capture-error-mode", args.capture_error_mode, "--stream", args.stream,
                    "--collective-timeout", str(args.collective_timeout)] + (["--dry-run"] if args.dry_run else [])
             port += 1
             t0 = time.monotonic()
