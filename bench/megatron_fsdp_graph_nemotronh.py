@@ -111,9 +111,12 @@ def skipped(why: str) -> None:
     sys.exit(SKIP)
 
 
-def build_model(variant: str, seq: int, device, hidden: int = SIZE["hidden"], experts: int = SIZE["experts"]):
+def build_model(variant: str, seq: int, device, hidden: int = SIZE["hidden"], experts: int = SIZE["experts"],
+                attention: str = "eager"):
     """NemotronHForCausalLM of `variant` on `device` (its dtype), seeded: the same weights in every
-    run. Returns (model, experts implementation transformers chose)."""
+    run, with transformers' attention implementation `attention` ("eager": matmul and softmax;
+    "sdpa": torch's scaled_dot_product_attention). Returns (model, experts implementation
+    transformers chose)."""
     import torch
     from transformers import NemotronHForCausalLM
 
@@ -121,6 +124,7 @@ def build_model(variant: str, seq: int, device, hidden: int = SIZE["hidden"], ex
     cfg = model_config(hidden, experts, seq, pattern=v["pattern"])
     if v["experts_implementation"] is not None:
         cfg._experts_implementation = v["experts_implementation"]
+    cfg._attn_implementation = attention
     torch.manual_seed(1234)
     with torch.device(device):
         model = NemotronHForCausalLM(cfg)
@@ -225,7 +229,7 @@ def predict(args) -> int:
     rows = []
     for variant in args.variants.split(","):
         v = VARIANTS[variant]
-        model, impl = build_model(variant, args.seq, "meta", args.hidden, args.experts)
+        model, impl = build_model(variant, args.seq, "meta", args.hidden, args.experts, args.attention)
         check_pattern(model, v["pattern"])
         n_blocks = sum(isinstance(m, tuple(unit_classes())) for m in model.modules())
         ids = torch.zeros(args.batch, args.seq, dtype=torch.long, device="meta")
@@ -353,7 +357,7 @@ def body(rank, args, device, res) -> None:
         # group once it is laid: NCCL registration and the graph on the same memory
         nccl_pool = torch.cuda.MemPool(dist.group.WORLD._get_backend(device).mem_allocator)
     mesh = init_device_mesh(device.type, (args.world_size, 1), mesh_dim_names=("fsdp", "tp"))
-    model, impl = build_model(args.variant, args.seq, device, args.hidden, args.experts)
+    model, impl = build_model(args.variant, args.seq, device, args.hidden, args.experts, args.attention)
     try:  # --predict and --dry-run check it; here a renamed mixer class must not cost the run
         check_pattern(model, VARIANTS[args.variant]["pattern"])
         res["pattern_check"] = "ok"
@@ -610,6 +614,10 @@ def main() -> int:
                     help="timed eager steps, each compared with the one before; the last is the reference")
     ap.add_argument("--replays", type=int, default=10)
     ap.add_argument("--capture-error-mode", default="thread_local", choices=("thread_local", "global", "relaxed"))
+    ap.add_argument("--attention", default="eager", choices=("eager", "sdpa"),
+                    help="transformers' attention implementation; sdpa: a replay was not bit-equal to eager "
+                         "(1x H200, 2026-11-29: the first attention block's output differed, and two replays' "
+                         "gradients differed from each other)")
     ap.add_argument("--stream", default="side", choices=("side", "default"),
                     help="side: each rank builds, shards and runs its eager steps on one stream of its own "
                          "(autograd keeps the stream a parameter's gradient node was made on, and a capture "
@@ -672,7 +680,7 @@ def main() -> int:
                "megatron_fsdp": mfsdp_version, "device": "cpu (dry run)" if args.dry_run else torch.cuda.get_device_name(0),
                "world_size": args.world_size, "seq": args.seq, "batch": args.batch,
                "hidden": args.hidden, "experts": args.experts,
-               "capture_error_mode": args.capture_error_mode, "stream": args.stream, "variants": {k: VARIANTS[k] for k in args.variants.split(",")},
+               "capture_error_mode": args.capture_error_mode, "stream": args.stream, "attention": args.attention, "variants": {k: VARIANTS[k] for k in args.variants.split(",")},
                "runs": [], "blocked": [], "nccl_ub": ub, "not_run": []}
     print(f"NemotronH under Megatron-FSDP {mfsdp_version} (cuda_graph_mode=True), dp = {args.world_size}, "
           f"{summary['device']}, torch {torch.__version__}, seq {args.seq} x batch {args.batch}, {summary['date']}",
@@ -692,7 +700,7 @@ def main() -> int:
                    "--port", str(port), "--seq", str(args.seq), "--batch", str(args.batch),
                    "--hidden", str(args.hidden), "--experts", str(args.experts),
                    "--warmup", str(args.warmup), "--iters", str(args.iters), "--replays", str(args.replays),
-                   "--capture-error-mode", args.capture_error_mode, "--stream", args.stream,
+                   "--capture-error-mode", args.capture_error_mode, "--stream", args.stream, "--attention", args.attention,
                    "--collective-timeout", str(args.collective_timeout)] + (["--dry-run"] if args.dry_run else [])
             port += 1
             t0 = time.monotonic()

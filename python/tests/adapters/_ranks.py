@@ -2,6 +2,7 @@
 """Start one process per rank of a gloo world on this machine and wait for all of them: the
 harness of the adapters' multi-process tests (test_torch_pipelining*.py)."""
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -9,19 +10,38 @@ import sys
 
 def run_ranks(worker: str, world: int, *args: str, timeout: float = 300) -> None:
     """Runs ``python worker RANK PORT *args`` for every rank (one thread each) and fails the
-    test with the rank's output unless every one exits 0."""
+    test with the rank's output unless every one exits 0. A world still running after `timeout`
+    seconds (HEADROOM_RANKS_TIMEOUT overrides it) is a hang: every rank gets SIGABRT, which its
+    faulthandler answers with every thread's Python stack, and the test fails with those."""
+    timeout = float(os.environ.get("HEADROOM_RANKS_TIMEOUT", timeout))
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = str(sock.getsockname()[1])
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    procs = [subprocess.Popen([sys.executable, worker, str(r), port, *args], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for r in range(world)]
-    logs = []
+    procs = [subprocess.Popen([sys.executable, "-X", "faulthandler", worker, str(r), port, *args], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(world)]
+    logs = [""] * world
+    hung = False
     try:
-        for proc in procs:
-            logs.append(proc.communicate(timeout=timeout)[0])
+        for r, proc in enumerate(procs):
+            try:
+                logs[r] = proc.communicate(timeout=timeout)[0]
+            except subprocess.TimeoutExpired:
+                hung = True
+                break
+        if hung:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGABRT)
+            for r, proc in enumerate(procs):
+                try:
+                    logs[r] = proc.communicate(timeout=20)[0]
+                except subprocess.TimeoutExpired:
+                    logs[r] = "(no output: the rank did not end 20 s after SIGABRT)"
     finally:
         for proc in procs:
             proc.kill()
+    assert not hung, f"{worker}: ranks still running after {timeout:g} s; their stacks:\n" + "\n".join(
+        f"--- rank {r} (exit {proc.returncode}):\n{logs[r][-3000:]}" for r, proc in enumerate(procs))
     for r, proc in enumerate(procs):
         assert proc.returncode == 0, f"rank {r} exited {proc.returncode}:\n{logs[r][-4000:]}"
