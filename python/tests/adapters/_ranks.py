@@ -45,3 +45,18 @@ def run_ranks(worker: str, world: int, *args: str, timeout: float = 300) -> None
         f"--- rank {r} (exit {proc.returncode}):\n{logs[r][-3000:]}" for r, proc in enumerate(procs))
     for r, proc in enumerate(procs):
         assert proc.returncode == 0, f"rank {r} exited {proc.returncode}:\n{logs[r][-4000:]}"
+
+
+V_SHAPES = ("zbv", "dualpipe_v")  # placements with two adjacent stages on one rank
+
+
+def gloo_runs_local_stage_edges() -> bool:
+    """Whether this torch's pipelining runtime runs, over gloo, a placement with two adjacent
+    stages on one rank (the V shapes). torch 2.11's runtime opens each stage's neighbours with a
+    send to the next stage's rank (``_PipelineStageBase._get_init_p2p_neighbors_ops``), which for
+    a V's middle edge is the sender itself, and gloo has no pair to itself ("Pair is not
+    connected"): that rank's step raises while its peers wait in theirs. NCCL runs it (the GPU
+    bench, bench/pipeline_torch_llama.py); torch 2.15's runtime sends no such message."""
+    from torch.distributed.pipelining import stage
+
+    return not hasattr(stage._PipelineStageBase, "_get_init_p2p_neighbors_ops")

@@ -129,6 +129,7 @@ def main():
                 res.update(run_case(cases[i], dist.get_rank(group), group), error=None)
             except Exception:  # reported per case; the other ranks may then fail their case too
                 res["error"] = traceback.format_exc()
+                print(f"rank {rank}, case {i} {cases[i]}:\n{res['error']}", file=sys.stderr, flush=True)
             results.append(res)
             dist.barrier(group=group)
         dist.barrier()
