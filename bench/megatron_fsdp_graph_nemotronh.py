@@ -103,6 +103,7 @@ VARIANTS = {
     "hybrid-eager": dict(pattern=PATTERN, experts_implementation="eager", dtype="float32"),
     "hybrid-grouped_mm": dict(pattern=PATTERN, experts_implementation="grouped_mm", dtype="bfloat16"),
 }
+ATTENTION = ("sdpa-math", "sdpa", "eager")
 SIZE = CONFIGS["h1024"]  # hidden 1024, 8 experts (the pool bench's h1024 row); seq and batch: --seq, --batch
 
 
@@ -112,10 +113,10 @@ def skipped(why: str) -> None:
 
 
 def build_model(variant: str, seq: int, device, hidden: int = SIZE["hidden"], experts: int = SIZE["experts"],
-                attention: str = "eager"):
+                attention: str = "sdpa-math"):
     """NemotronHForCausalLM of `variant` on `device` (its dtype), seeded: the same weights in every
-    run, with transformers' attention implementation `attention` ("eager": matmul and softmax;
-    "sdpa": torch's scaled_dot_product_attention). Returns (model, experts implementation
+    run, with transformers' attention implementation for `attention` (one of ATTENTION: "sdpa" for
+    both sdpa ones, attention_context() picks the backend). Returns (model, experts implementation
     transformers chose)."""
     import torch
     from transformers import NemotronHForCausalLM
@@ -124,12 +125,21 @@ def build_model(variant: str, seq: int, device, hidden: int = SIZE["hidden"], ex
     cfg = model_config(hidden, experts, seq, pattern=v["pattern"])
     if v["experts_implementation"] is not None:
         cfg._experts_implementation = v["experts_implementation"]
-    cfg._attn_implementation = attention
+    cfg._attn_implementation = "eager" if attention == "eager" else "sdpa"
     torch.manual_seed(1234)
     with torch.device(device):
         model = NemotronHForCausalLM(cfg)
     model = model.to(getattr(torch, v["dtype"]))
     return model, getattr(model.config, "_experts_implementation", "n/a (this transformers has no experts_implementation)")
+
+
+def attention_context(attention: str):
+    """What a forward runs under: torch's math backend for "sdpa-math", nothing otherwise."""
+    if attention != "sdpa-math":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel(SDPBackend.MATH)
 
 
 def check_pattern(model, pattern: str) -> None:
@@ -234,7 +244,9 @@ def predict(args) -> int:
         n_blocks = sum(isinstance(m, tuple(unit_classes())) for m in model.modules())
         ids = torch.zeros(args.batch, args.seq, dtype=torch.long, device="meta")
         try:
-            model(input_ids=ids, labels=ids).loss.backward()
+            with attention_context(args.attention):
+                loss = model(input_ids=ids, labels=ids).loss
+            loss.backward()
             host = "none (forward+backward ran on the meta device)"
             capturable = True
         except Exception as e:  # noqa: BLE001 - the prediction
@@ -376,7 +388,8 @@ def body(rank, args, device, res) -> None:
     ids = torch.randint(0, model.config.vocab_size, (args.batch, args.seq), generator=g).to(device)
 
     def step():
-        loss = fsdp(input_ids=ids, labels=ids).loss
+        with attention_context(args.attention):
+            loss = fsdp(input_ids=ids, labels=ids).loss
         loss.backward()
         return loss
 
@@ -614,10 +627,12 @@ def main() -> int:
                     help="timed eager steps, each compared with the one before; the last is the reference")
     ap.add_argument("--replays", type=int, default=10)
     ap.add_argument("--capture-error-mode", default="thread_local", choices=("thread_local", "global", "relaxed"))
-    ap.add_argument("--attention", default="eager", choices=("eager", "sdpa"),
-                    help="transformers' attention implementation; sdpa: a replay was not bit-equal to eager "
-                         "(1x H200, 2026-11-29: the first attention block's output differed, and two replays' "
-                         "gradients differed from each other)")
+    ap.add_argument("--attention", default="sdpa-math", choices=ATTENTION,
+                    help="sdpa-math: transformers' sdpa attention with torch's math backend "
+                         "(sdpa_kernel(SDPBackend.MATH) around each forward); sdpa: torch's choice of backend "
+                         "(1x H200, 2026-11-29: a replay's first attention output differed from eager, and two "
+                         "replays' gradients from each other); eager: transformers' eager attention (its mask "
+                         "is a host-to-device copy: not capturable)")
     ap.add_argument("--stream", default="side", choices=("side", "default"),
                     help="side: each rank builds, shards and runs its eager steps on one stream of its own "
                          "(autograd keeps the stream a parameter's gradient node was made on, and a capture "
