@@ -58,6 +58,7 @@ static_assert(headroom::stream<named_stream>);
 
 struct recording_event {
   static inline log_t* log = nullptr;  // test-local sink, set by each test
+  static inline bool fail_waits = false;  // wait_on throws cuda_error, as a failed cudaStreamWaitEvent
   int serial = next();
   int recorded_on = -1;
   void record(named_stream const& s) {
@@ -66,6 +67,7 @@ struct recording_event {
   }
   [[nodiscard]] bool ready() const noexcept { return true; }
   void wait_on(named_stream const& s) const {
+    if (fail_waits) throw cuda_error("cudaStreamWaitEvent: failed (test)");
     if (log)
       log->lines.push_back("s" + std::to_string(s.id) + " waits e" + std::to_string(serial) + " (recorded on s" +
                            std::to_string(recorded_on) + ")");

@@ -325,6 +325,74 @@ TEST_CASE("an upstream failure leaves the pool unchanged") {
   CHECK(r2.c->live.empty());
 }
 
+// A failed acquire (no slot for its second bucket; a device-side wait that fails) changes
+// nothing, its stream order included: the slots still follow their release.
+namespace {
+// Unit 0 has a bf16 and an f32 bucket (two shapes), units 1 and 2 one f32 bucket each.
+workload two_shapes() {
+  return {"w", {{"p", {bf16(8), elements_of(dtype::f32, 8)}}, {"q", {elements_of(dtype::f32, 8)}}, {"r", {elements_of(dtype::f32, 8)}}}, {}};
+}
+}  // namespace
+
+TEST_CASE("a failed acquire leaves its slots free and following their release") {
+  log_t log;
+  recording_event::log = &log;
+  named_stream const home{0}, ag{1}, compute{2};
+  SUBCASE("no free slot for the second bucket") {
+    test_pool<> p(make_plan<max>(two_shapes()), counting_resource{}, home);
+    auto lp = p.acquire(0, ag);
+    std::byte* const first = lp.bytes(0).data();
+    std::size_t const bf16_slot = lp.slot(0);
+    p.release(lp, compute);  // one event, both slots follow it
+    auto lq = p.acquire(1, ag);  // takes the f32 slot unit 0 freed (waits on the event)
+    auto lr = p.acquire(2, ag);  // the other f32 slot: every f32 slot is held
+    std::size_t const lines = log.lines.size();
+    auto const msg = error_of<capacity_error>([&] { (void)p.acquire(0, ag); });
+    CHECK(contains(msg, "no free slot for bucket 1"));
+    CHECK(p.holders(0) == 0);
+    CHECK(p.slot_holder(bf16_slot) == SIZE_MAX);
+    CHECK(p.stats().slots_in_use == 2);
+    CHECK(p.stats().acquisitions == 3);
+    CHECK(p.pending_release_events() == 1);  // the bf16 slot still follows the release on compute
+    CHECK(p.busy_release_events() == 1);
+    CHECK(log.lines.size() == lines);
+    p.release(lq, ag);  // same stream: nothing recorded
+    lp = p.acquire(0, ag);
+    CHECK(lp.bytes(0).data() == first);
+    REQUIRE(log.lines.size() == lines + 1);  // one wait: the bf16 slot's release on compute
+    CHECK(contains(log.lines.back(), "s1 waits"));
+    CHECK(contains(log.lines.back(), "recorded on s2"));
+    CHECK(p.busy_release_events() == 0);  // both releases' slots taken (the one on ag needs no wait)
+    CHECK(p.stats().moves == 0);
+    p.release(lp, ag);
+    p.release(lr, ag);
+  }
+  SUBCASE("the device-side wait fails") {
+    test_pool<> p(make_plan<max>(two_shapes()), counting_resource{}, home);
+    auto lp = p.acquire(0, ag);
+    std::byte* const first[] = {lp.bytes(0).data(), lp.bytes(1).data()};
+    p.release(lp, compute);
+    recording_event::fail_waits = true;
+    CHECK_THROWS_AS((void)p.acquire(0, ag), cuda_error);
+    recording_event::fail_waits = false;
+    CHECK(p.holders(0) == 0);
+    CHECK(p.stats().slots_in_use == 0);
+    CHECK(p.stats().acquisitions == 1);
+    CHECK(p.pending_release_events() == 2);
+    CHECK(p.busy_release_events() == 1);
+    std::size_t const lines = log.lines.size();
+    lp = p.acquire(0, ag);  // the same slots, one wait on the one release
+    CHECK(lp.bytes(0).data() == first[0]);
+    CHECK(lp.bytes(1).data() == first[1]);
+    REQUIRE(log.lines.size() == lines + 1);
+    CHECK(contains(log.lines.back(), "s1 waits"));
+    CHECK(p.pending_release_events() == 0);
+    CHECK(p.busy_release_events() == 0);
+    p.release(lp, ag);
+  }
+  recording_event::log = nullptr;
+}
+
 // ---- re-fetch, leases, statistics ----------------------------------------------------------
 
 TEST_CASE("acquiring a held unit returns the same slots; freed after the last release") {
