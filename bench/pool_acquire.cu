@@ -18,6 +18,10 @@
 //   floor recycled event   the record + wait pair on one event, re-recorded right after the wait
 //                   (what a pool reusing its events last in, first out would pay; the pool reuses
 //                   the longest-idle of slots + 16 events)
+//   the pool's own calls   a bare replay of the driver calls a twin pool made over the same
+//                   steps (its events, its streams, its order), without the pool's bookkeeping:
+//                   pool / own calls is the bookkeeping, own calls / floor in reuse order what
+//                   the pool's choice of events costs the driver (paired, two streams)
 //   cudaMallocAsync cudaMallocAsync / cudaFreeAsync on the device's default pool
 //                   (release threshold raised to keep memory, as a training loop does)
 //   cub caching     cub::CachingDeviceAllocator (bins 2^8 .. 2^30 so large buckets are cached)
@@ -129,6 +133,7 @@ struct paired_ratio {
   std::string workload, scenario, against;
   double a_ns = 0, b_ns = 0;           // medians of A's and B's reps, per pair
   double median = 0, p10 = 0, p90 = 0;  // of A / B per rep
+  std::string what = "pool";            // A
 };
 
 template <class AcquireA, class ReleaseA, class AcquireB, class ReleaseB>
@@ -159,6 +164,126 @@ paired_ratio measure_paired(trace const& t, char const* scenario, char const* ag
     return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1))];
   };
   return {t.name, scenario, against, at(a, 0.5), at(b, 0.5), at(ratio, 0.5), at(ratio, 0.1), at(ratio, 0.9)};
+}
+
+// The driver calls a pool makes, to replay them bare: each call's event, stream and kind, and
+// which acquire or release (counted from the start of the log) made it.
+struct driver_call {
+  cudaEvent_t event = nullptr;
+  cudaStream_t stream = nullptr;
+  bool record = false;
+  std::uint32_t call = 0;
+};
+struct call_log {
+  std::vector<driver_call>* calls = nullptr;  // null: not logging
+  std::uint32_t call = 0;                     // the acquire or release being made
+};
+call_log the_log;  // the bench runs on one thread
+
+}  // namespace
+
+// (Outside the unnamed namespace: the event concept asks for ready(), which the pool never calls.)
+namespace pool_acquire_bench {
+
+// cuda::event that appends each record and wait to the_log while it logs.
+class logged_event {
+ public:
+  void record(stream_view const& s) {
+    log(true, s);
+    e_.record(s);
+  }
+  [[nodiscard]] bool ready() const { return e_.ready(); }
+  void wait_on(stream_view const& s) const {
+    log(false, s);
+    e_.wait_on(s);
+  }
+  void synchronize() const { e_.synchronize(); }
+
+ private:
+  void log(bool record, stream_view const& s) const {
+    if (the_log.calls != nullptr) the_log.calls->push_back({e_.get(), s.get(), record, the_log.call});
+  }
+  headroom::cuda::event e_;
+};
+static_assert(headroom::event<logged_event, stream_view>);
+
+}  // namespace pool_acquire_bench
+
+namespace {
+
+using pool_acquire_bench::logged_event;
+
+// Where the pool's time over the floor goes (two streams): a twin pool on logged events makes
+// the driver calls of `steps` steps after a warm-up; their bare replay is timed, paired, against
+// the pool (the difference is the pool's bookkeeping) and against the floor in reuse order (the
+// difference is what these calls cost the driver over the floor's).
+template <class Pool, class Lease>
+void own_calls_against(trace const& t, Pool& pool, std::vector<Lease>& held, stream_view ag, stream_view compute,
+                       int reps, std::vector<cudaEvent_t> const& events, std::vector<paired_ratio>& paired) {
+  using twin_type = hp::unit_pool<stream_view, logged_event, headroom::cuda::device_resource, hp::strict, hp::dynamic,
+                                  hp::record_if_cross_stream>;
+  twin_type twin(t.plan, headroom::cuda::device_resource{}, ag);
+  std::vector<typename twin_type::lease> twin_held(t.units());
+  auto twin_acquire = [&](std::size_t u, stream_view s) {
+    twin_held[u] = twin.acquire(u, s);
+    ++the_log.call;
+  };
+  auto twin_release = [&](std::size_t u, stream_view s) {
+    twin.release(twin_held[u], s);
+    ++the_log.call;
+  };
+  for (int i = 0; i < 40; ++i) step(t.units(), ag, compute, twin_acquire, twin_release);
+  constexpr int steps = 20;  // the log: as many steps as a timed rep
+  std::vector<driver_call> calls;
+  the_log = {&calls, 0};
+  for (int i = 0; i < steps; ++i) step(t.units(), ag, compute, twin_acquire, twin_release);
+  std::uint32_t const calls_in_log = the_log.call;
+  the_log = {};
+  HEADROOM_CUDA_TRY(cudaDeviceSynchronize());
+  std::size_t records = 0;
+  std::vector<cudaEvent_t> distinct;
+  for (auto const& c : calls) {
+    records += c.record ? 1 : 0;
+    distinct.push_back(c.event);
+  }
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  double const pairs = static_cast<double>(calls_in_log) / 2.0;
+  std::printf("%s, two streams, the pool's own calls: per pair %.3f records, %.3f waits, on %zu distinct events\n",
+              t.name.c_str(), static_cast<double>(records) / pairs, static_cast<double>(calls.size() - records) / pairs,
+              distinct.size());
+
+  std::size_t cursor = 0;
+  std::uint32_t call = 0;
+  auto replay = [&](std::size_t, stream_view) {
+    while (cursor < calls.size() && calls[cursor].call == call) {
+      auto const& c = calls[cursor++];
+      if (c.record) {
+        HEADROOM_CUDA_TRY(cudaEventRecord(c.event, c.stream));
+      } else {
+        HEADROOM_CUDA_TRY(cudaStreamWaitEvent(c.stream, c.event, 0));
+      }
+    }
+    if (++call == calls_in_log) {
+      call = 0;
+      cursor = 0;
+    }
+  };
+  std::size_t last = 0;
+  auto floor_acquire = [&](std::size_t, stream_view s) { HEADROOM_CUDA_TRY(cudaStreamWaitEvent(s.get(), events[last], 0)); };
+  auto floor_release = [&](std::size_t u, stream_view s) {
+    HEADROOM_CUDA_TRY(cudaEventRecord(events[u], s.get()));
+    last = u;
+  };
+  paired.push_back(measure_paired(
+      t, "two streams", "the pool's own calls", ag, compute, reps, steps,
+      [&](std::size_t u, stream_view s) { held[u] = pool.acquire(u, s); },
+      [&](std::size_t u, stream_view s) { pool.release(held[u], s); }, replay, replay));
+  HEADROOM_CUDA_TRY(cudaDeviceSynchronize());
+  paired.push_back(measure_paired(t, "two streams", "floor reuse order", ag, compute, reps, steps, replay, replay,
+                                  floor_acquire, floor_release));
+  paired.back().what = "own calls";
+  HEADROOM_CUDA_TRY(cudaDeviceSynchronize());
 }
 
 void run_trace(trace const& t, int reps, std::vector<result>& out, std::vector<paired_ratio>& paired) {
@@ -245,6 +370,7 @@ void run_trace(trace const& t, int reps, std::vector<result>& out, std::vector<p
             last = u;
           }));
       HEADROOM_CUDA_TRY(cudaDeviceSynchronize());
+      if (two_streams) own_calls_against(t, pool, held, ag, compute, reps, events, paired);
       for (auto e : events) HEADROOM_CUDA_TRY(cudaEventDestroy(e));
     }
     std::vector<std::vector<void*>> ptrs(t.units());
@@ -486,8 +612,9 @@ int main(int argc, char** argv) {
   // The targets are judged on the paired reps (pool and floor back to back, see measure_paired).
   std::printf("paired reps (pool, floor, pool, floor, ...; median of %d per-rep ratios, p10..p90):\n", reps);
   for (auto const& p : paired) {
-    std::printf("  %-34s %-12s pool %7.1f ns, %-18s %7.1f ns: %.3f x (%.3f..%.3f)\n", p.workload.c_str(),
-                p.scenario.c_str(), p.a_ns, p.against.c_str(), p.b_ns, p.median, p.p10, p.p90);
+    std::printf("  %-34s %-12s %-9s %7.1f ns, %-20s %7.1f ns: %.3f x (%.3f..%.3f)\n", p.workload.c_str(),
+                p.scenario.c_str(), p.what.c_str(), p.a_ns, p.against.c_str(), p.b_ns, p.median, p.p10, p.p90);
+    if (p.what != "pool" || p.against == "the pool's own calls") continue;  // the cause split, not a target
     if (p.scenario == "one stream") {
       worst_one_stream = std::max(worst_one_stream, p.a_ns);
       worst_one_stream_vs_record = std::max(worst_one_stream_vs_record, p.median);
