@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 """bench/megatron_fsdp_graph_nemotronh.py's per-rank harness: one (variant, allocator) run.
 
