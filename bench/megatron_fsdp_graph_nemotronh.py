@@ -154,7 +154,8 @@ def predict(args) -> int:
     rows = []
     for variant in args.variants.split(","):
         v = VARIANTS[variant]
-        model, impl = build_model(variant, args.seq, "meta", args.hidden, args.experts, args.attention)
+        model, impl = build_model(variant, args.seq, "meta", args.hidden, args.experts, args.attention,
+                                  args.kv_heads)
         check_pattern(model, v["pattern"])
         n_blocks = sum(isinstance(m, tuple(unit_classes())) for m in model.modules())
         ids = torch.zeros(args.batch, args.seq, dtype=torch.long, device="meta")
@@ -277,6 +278,10 @@ def main() -> int:
     ap.add_argument("--seq", type=int, default=512)
     ap.add_argument("--hidden", type=int, default=SIZE["hidden"])
     ap.add_argument("--experts", type=int, default=SIZE["experts"])
+    ap.add_argument("--kv-heads", type=int, default=None,
+                    help="key/value heads of the attention blocks (default: the config's 2, grouped-query "
+                         "attention with 4 query heads a group at hidden 1024; 1x H200, 2026-11-29: the bf16 "
+                         "hybrid's replayed dK and dV differed from eager with groups, not with 8 heads)")
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=3, help="eager steps before timing (>= 2: learn, then arena)")
     ap.add_argument("--iters", type=int, default=5,
@@ -318,6 +323,9 @@ def main() -> int:
         ap.error(f"--warmup {args.warmup}: expected >= 2 (headroom learns on step 0 and lays its arena after it)")
     if args.iters < 2 or args.replays < 1:
         ap.error(f"--iters {args.iters} / --replays {args.replays}: expected >= 2 / >= 1")
+    heads = args.hidden // 128  # model_config's attention heads (head_dim 128)
+    if args.kv_heads is not None and not (1 <= args.kv_heads <= heads and heads % args.kv_heads == 0):
+        ap.error(f"--kv-heads {args.kv_heads}: expected a divisor of the {heads} attention heads of --hidden {args.hidden}")
     if args.child:  # one (variant, allocator) run; the parent checked the environment
         child(args)
         return 0
@@ -350,7 +358,7 @@ def main() -> int:
     summary = {"bench": NAME, "date": time.strftime("%Y-%m-%d", time.gmtime()), "torch": torch.__version__,
                "megatron_fsdp": mfsdp_version, "device": "cpu (dry run)" if args.dry_run else torch.cuda.get_device_name(0),
                "world_size": args.world_size, "seq": args.seq, "batch": args.batch,
-               "hidden": args.hidden, "experts": args.experts,
+               "hidden": args.hidden, "experts": args.experts, "kv_heads": args.kv_heads,
                "capture_error_mode": args.capture_error_mode, "stream": args.stream, "attention": args.attention, "variants": {k: VARIANTS[k] for k in args.variants.split(",")},
                "runs": [], "blocked": [], "nccl_ub": ub, "not_run": []}
     print(f"NemotronH under Megatron-FSDP {mfsdp_version} (cuda_graph_mode=True), dp = {args.world_size}, "
@@ -370,6 +378,7 @@ def main() -> int:
                    "--allocator", alloc, "--result", str(path), "--world-size", str(args.world_size),
                    "--port", str(port), "--seq", str(args.seq), "--batch", str(args.batch),
                    "--hidden", str(args.hidden), "--experts", str(args.experts),
+                   *(["--kv-heads", str(args.kv_heads)] if args.kv_heads is not None else []),
                    "--warmup", str(args.warmup), "--iters", str(args.iters), "--replays", str(args.replays),
                    "--capture-error-mode", args.capture_error_mode, "--stream", args.stream, "--attention", args.attention,
                    "--collective-timeout", str(args.collective_timeout)] + (["--dry-run"] if args.dry_run else [])

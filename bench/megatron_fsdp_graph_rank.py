@@ -40,16 +40,18 @@ SIZE = CONFIGS["h1024"]  # hidden 1024, 8 experts (the pool bench's h1024 row); 
 
 
 def build_model(variant: str, seq: int, device, hidden: int = SIZE["hidden"], experts: int = SIZE["experts"],
-                attention: str = "sdpa-math"):
+                attention: str = "sdpa-math", kv_heads: int | None = None):
     """NemotronHForCausalLM of `variant` on `device` (its dtype), seeded: the same weights in every
     run, with transformers' attention implementation for `attention` (one of ATTENTION: "sdpa" for
-    both sdpa ones, attention_context() picks the backend). Returns (model, experts implementation
-    transformers chose)."""
+    both sdpa ones, attention_context() picks the backend) and `kv_heads` key/value heads (None: the
+    config's 2, grouped-query attention). Returns (model, experts implementation transformers chose)."""
     import torch
     from transformers import NemotronHForCausalLM
 
     v = VARIANTS[variant]
     cfg = model_config(hidden, experts, seq, pattern=v["pattern"])
+    if kv_heads is not None:
+        cfg.num_key_value_heads = kv_heads
     if v["experts_implementation"] is not None:
         cfg._experts_implementation = v["experts_implementation"]
     cfg._attn_implementation = "eager" if attention == "eager" else "sdpa"
@@ -213,7 +215,8 @@ def body(rank, args, device, res) -> None:
         # group once it is laid: NCCL registration and the graph on the same memory
         nccl_pool = torch.cuda.MemPool(dist.group.WORLD._get_backend(device).mem_allocator)
     mesh = init_device_mesh(device.type, (args.world_size, 1), mesh_dim_names=("fsdp", "tp"))
-    model, impl = build_model(args.variant, args.seq, device, args.hidden, args.experts, args.attention)
+    model, impl = build_model(args.variant, args.seq, device, args.hidden, args.experts, args.attention,
+                              args.kv_heads)
     try:  # --predict and --dry-run check it; here a renamed mixer class must not cost the run
         check_pattern(model, VARIANTS[args.variant]["pattern"])
         res["pattern_check"] = "ok"
