@@ -70,7 +70,7 @@ prediction for it (``headroom.torch.megatron_fsdp.predict``) and the nccl_ub imp
 ``--dry-run`` runs every (variant, allocator) on CPU (gloo, 2 processes, torch.cuda's stream and
 event calls stubbed as in python/tests/adapters/test_megatron_fsdp_run.py) with eager steps
 standing in for capture and replays, Megatron-FSDP's coalesced all-gathers run synchronously
-(the harness's ``one_gather_at_a_time``: issue 34): it checks the bench's bookkeeping (leases,
+(the harness's ``one_gather_at_a_time``): it checks the bench's bookkeeping (leases,
 addresses, comparisons, strategy (b)), not CUDA graphs.
 
 Every collective of the process group times out after --collective-timeout seconds; NCCL work

@@ -163,7 +163,7 @@ def one_gather_at_a_time() -> None:
     """--dry-run: Megatron-FSDP's coalesced parameter all-gathers run to completion before the call
     returns (``_coalescing_manager(..., async_ops=False)``) instead of staying in flight on gloo's
     worker threads. On the CPU (torch 2.15.0, gloo, 2 ranks) runs with them in flight ended in heap
-    corruption inside gloo's threads (issue 34: SIGSEGV in malloc on ``pt_gloo_runloop``; abort in
+    corruption inside gloo's threads (SIGSEGV in malloc on ``pt_gloo_runloop``; abort in
     malloc under ``AsyncAllgatherCoalescedWork``): 1 of 4 hybrid-eager runs of 21 steps, 2026-11-29;
     synchronous, 18 of 18 were clean. The dry run checks the bench's bookkeeping, not the overlap,
     so it gives the overlap up."""
