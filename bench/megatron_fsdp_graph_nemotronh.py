@@ -295,6 +295,11 @@ def main() -> int:
                          "(1x H200, 2026-11-29: a replay's first attention output differed from eager, and two "
                          "replays' gradients from each other); eager: transformers' eager attention (its mask "
                          "is a host-to-device copy: not capturable)")
+    ap.add_argument("--gqa", default="expand", choices=("expand", "sdpa"),
+                    help="grouped-query attention: expand: the key/value heads repeated to the query heads "
+                         "before SDPA (enable_gqa=False); sdpa: SDPA's own enable_gqa=True, as transformers "
+                         "calls it (1x H200, 2026-11-29: the bf16 hybrid's replayed dK and dV then differed "
+                         "from eager)")
     ap.add_argument("--stream", default="side", choices=("side", "default"),
                     help="side: each rank builds, shards and runs its eager steps on one stream of its own "
                          "(autograd keeps the stream a parameter's gradient node was made on, and a capture "
@@ -360,7 +365,7 @@ def main() -> int:
                "megatron_fsdp": mfsdp_version, "device": "cpu (dry run)" if args.dry_run else torch.cuda.get_device_name(0),
                "world_size": args.world_size, "seq": args.seq, "batch": args.batch,
                "hidden": args.hidden, "experts": args.experts, "kv_heads": args.kv_heads,
-               "capture_error_mode": args.capture_error_mode, "stream": args.stream, "attention": args.attention, "variants": {k: VARIANTS[k] for k in args.variants.split(",")},
+               "capture_error_mode": args.capture_error_mode, "stream": args.stream, "attention": args.attention, "gqa": args.gqa, "variants": {k: VARIANTS[k] for k in args.variants.split(",")},
                "runs": [], "blocked": [], "nccl_ub": ub, "not_run": []}
     print(f"NemotronH under Megatron-FSDP {mfsdp_version} (cuda_graph_mode=True), dp = {args.world_size}, "
           f"{summary['device']}, torch {torch.__version__}, seq {args.seq} x batch {args.batch}, {summary['date']}",
@@ -381,7 +386,7 @@ def main() -> int:
                    "--hidden", str(args.hidden), "--experts", str(args.experts),
                    *(["--kv-heads", str(args.kv_heads)] if args.kv_heads is not None else []),
                    "--warmup", str(args.warmup), "--iters", str(args.iters), "--replays", str(args.replays),
-                   "--capture-error-mode", args.capture_error_mode, "--stream", args.stream, "--attention", args.attention,
+                   "--capture-error-mode", args.capture_error_mode, "--stream", args.stream, "--attention", args.attention, "--gqa", args.gqa,
                    "--collective-timeout", str(args.collective_timeout)] + (["--dry-run"] if args.dry_run else [])
             port += 1
             t0 = time.monotonic()

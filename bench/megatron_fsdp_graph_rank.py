@@ -179,11 +179,34 @@ def one_gather_at_a_time() -> None:
     pgb._coalescing_manager = synchronous
 
 
+def expand_gqa_heads() -> None:
+    """--gqa expand: torch's ``scaled_dot_product_attention`` called with ``enable_gqa=True`` (what
+    transformers' sdpa attention passes for grouped-query heads) gets its key and value heads
+    repeated to the query heads first (``repeat_interleave``) and ``enable_gqa=False``: the same
+    attention. 1x H200, torch 2.11, 2026-11-29: in the bare hybrid model under the math backend,
+    the replayed dK and dV of SDPA's own grouped-query path differed from eager's (143 of 177
+    gradients); with the heads repeated first, 0 of 177 (contiguous q, k, v alone changed nothing)."""
+    import torch.nn.functional as F
+
+    sdpa = F.scaled_dot_product_attention
+
+    def repeated_heads(query, key, value, *args, **kwargs):
+        if kwargs.get("enable_gqa") and key.shape[-3] != query.shape[-3]:
+            group = query.shape[-3] // key.shape[-3]
+            key, value = key.repeat_interleave(group, dim=-3), value.repeat_interleave(group, dim=-3)
+            kwargs["enable_gqa"] = False
+        return sdpa(query, key, value, *args, **kwargs)
+
+    F.scaled_dot_product_attention = repeated_heads
+
+
 def run_rank(rank, args, out_path):
     import torch
     import torch.distributed as dist
 
     res = {"rank": rank, "variant": args.variant, "allocator": args.allocator, "error": None, "strategies": {}}
+    if args.gqa == "expand":
+        expand_gqa_heads()
     if args.dry_run:
         import datetime
 
