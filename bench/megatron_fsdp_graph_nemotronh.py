@@ -281,8 +281,8 @@ def main() -> int:
     ap.add_argument("--experts", type=int, default=SIZE["experts"])
     ap.add_argument("--kv-heads", type=int, default=None,
                     help="key/value heads of the attention blocks (default: the config's 2, grouped-query "
-                         "attention with 4 query heads a group at hidden 1024; 1x H200, 2026-11-29: the bf16 "
-                         "hybrid's replayed dK and dV differed from eager with groups, not with 8 heads)")
+                         "attention with 4 query heads a group at hidden 1024; 1x H200, 2026-11-29, --gqa sdpa: the "
+                         "bf16 hybrid's replayed dK and dV differed from eager with groups, not with 8 heads)")
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=3, help="eager steps before timing (>= 2: learn, then arena)")
     ap.add_argument("--iters", type=int, default=5,
