@@ -213,6 +213,18 @@ namespace {
 
 using pool_acquire_bench::logged_event;
 
+// The floor in reuse order: each acquire waits on the latest release's event (as a
+// double-buffered pool, whose acquire(u+1) reuses the slot released just before).
+struct reuse_order_floor {
+  std::vector<cudaEvent_t> const& events;
+  std::size_t last = 0;
+  void acquire(stream_view s) const { HEADROOM_CUDA_TRY(cudaStreamWaitEvent(s.get(), events[last], 0)); }
+  void release(std::size_t u, stream_view s) {
+    HEADROOM_CUDA_TRY(cudaEventRecord(events[u], s.get()));
+    last = u;
+  }
+};
+
 // Where the pool's time over the floor goes (two streams): a twin pool on logged events makes
 // the driver calls of `steps` steps after a warm-up; their bare replay is timed, paired, against
 // the pool (the difference is the pool's bookkeeping) and against the floor in reuse order (the
@@ -269,12 +281,9 @@ void own_calls_against(trace const& t, Pool& pool, std::vector<Lease>& held, str
       cursor = 0;
     }
   };
-  std::size_t last = 0;
-  auto floor_acquire = [&](std::size_t, stream_view s) { HEADROOM_CUDA_TRY(cudaStreamWaitEvent(s.get(), events[last], 0)); };
-  auto floor_release = [&](std::size_t u, stream_view s) {
-    HEADROOM_CUDA_TRY(cudaEventRecord(events[u], s.get()));
-    last = u;
-  };
+  reuse_order_floor floor{events};
+  auto floor_acquire = [&](std::size_t, stream_view s) { floor.acquire(s); };
+  auto floor_release = [&](std::size_t u, stream_view s) { floor.release(u, s); };
   paired.push_back(measure_paired(
       t, "two streams", "the pool's own calls", ag, compute, reps, steps,
       [&](std::size_t u, stream_view s) { held[u] = pool.acquire(u, s); },
@@ -325,14 +334,11 @@ void run_trace(trace const& t, int reps, std::vector<result>& out, std::vector<p
       // The same pair where the wait is on the latest release, as in a double-buffered pool
       // (acquire(u+1) reuses the slot of the unit released just before): the event waited on
       // was recorded moments ago, not a whole pass earlier.
-      std::size_t last = 0;
+      reuse_order_floor floor{events};
       out.push_back(measure(
           t, scenario, "floor reuse order", ag, compute, 20, reps, 20,
-          [&](std::size_t, stream_view s) { HEADROOM_CUDA_TRY(cudaStreamWaitEvent(s.get(), events[last], 0)); },
-          [&](std::size_t u, stream_view s) {
-            HEADROOM_CUDA_TRY(cudaEventRecord(events[u], s.get()));
-            last = u;
-          }));
+          [&](std::size_t, stream_view s) { floor.acquire(s); },
+          [&](std::size_t u, stream_view s) { floor.release(u, s); }));
       HEADROOM_CUDA_TRY(cudaDeviceSynchronize());
       // The same pair on one recycled event: each release re-records the event the acquire just
       // waited on (as a pool whose free events are reused last in, first out). Against "floor
@@ -356,19 +362,16 @@ void run_trace(trace const& t, int reps, std::vector<result>& out, std::vector<p
       std::vector<typename pool_type::lease> held(t.units());
       std::vector<cudaEvent_t> events(t.units());
       for (auto& e : events) HEADROOM_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-      std::size_t last = 0;
+      reuse_order_floor floor{events};
       bool const wait = two_streams != 0;  // one stream: the floor is the bare record alone
       paired.push_back(measure_paired(
           t, scenario, wait ? "floor reuse order" : "floor record only", ag, compute, reps, 20,
           [&](std::size_t u, stream_view s) { held[u] = pool.acquire(u, s); },
           [&](std::size_t u, stream_view s) { pool.release(held[u], s); },
           [&](std::size_t, stream_view s) {
-            if (wait) HEADROOM_CUDA_TRY(cudaStreamWaitEvent(s.get(), events[last], 0));
+            if (wait) floor.acquire(s);
           },
-          [&](std::size_t u, stream_view s) {
-            HEADROOM_CUDA_TRY(cudaEventRecord(events[u], s.get()));
-            last = u;
-          }));
+          [&](std::size_t u, stream_view s) { floor.release(u, s); }));
       HEADROOM_CUDA_TRY(cudaDeviceSynchronize());
       if (two_streams) own_calls_against(t, pool, held, ag, compute, reps, events, paired);
       for (auto e : events) HEADROOM_CUDA_TRY(cudaEventDestroy(e));
