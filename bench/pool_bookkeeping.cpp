@@ -6,7 +6,13 @@
 // cudaEventRecord / cudaStreamWaitEvent floor should match this, unless the CUDA calls themselves
 // cost more inside the pool than in the floor loop. Pure host: runs on any CPU.
 //
-//   bench_pool_bookkeeping [reps]     table, then one JSON line
+// With an eviction size, each record and wait instead sweeps a buffer of that many KiB (as the
+// driver's own code and data do between two pool steps), and the table gives the pool's time
+// minus the same sweeps alone. Under cachegrind, the difference of two run lengths gives the
+// pool's D1 misses per pair with its lines evicted at every driver call (docs/pool.md):
+//   valgrind --tool=cachegrind --cache-sim=yes --D1=49152,12,64 bench_pool_bookkeeping 3 64
+//
+//   bench_pool_bookkeeping [reps] [evict KiB]     table, then one JSON line
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
@@ -32,12 +38,19 @@ struct id_stream {
   friend bool operator==(id_stream, id_stream) = default;
 };
 
-// Record and wait touch a volatile, so the calls are not optimised away; nothing else.
+// Record and wait touch a volatile, so the calls are not optimised away, and sweep the eviction
+// buffer when there is one (one read and write per cache line).
 inline volatile unsigned long long touched = 0;
+inline std::vector<unsigned long long> evict_buffer;
+[[gnu::noinline]] inline void driver_call(int id) {
+  unsigned long long sum = static_cast<unsigned>(id);
+  for (std::size_t i = 0; i < evict_buffer.size(); i += 8) evict_buffer[i] = sum += evict_buffer[i];
+  touched = touched + sum;
+}
 struct no_op_event {
-  void record(id_stream const& s) { touched = touched + static_cast<unsigned>(s.id); }
+  void record(id_stream const& s) { driver_call(s.id); }
   [[nodiscard]] bool ready() const { return true; }
-  void wait_on(id_stream const& s) const { touched = touched + static_cast<unsigned>(s.id); }
+  void wait_on(id_stream const& s) const { driver_call(s.id); }
   void synchronize() const {}
 };
 
@@ -83,14 +96,31 @@ row measure(hp::workload const& w, bool two_streams, int reps) {
       }
     }
   };
-  constexpr int steps = 200;
+  // The same trace's driver calls alone: one wait per acquire and one record per release on two
+  // streams (the default records only where a lease crosses streams), none on one stream.
+  auto calls_alone = [&] {
+    if (!two_streams) return;
+    for (int pass = 0; pass < 2; ++pass) {
+      driver_call(1);
+      for (std::size_t i = 0; i < n; ++i) {
+        if (i + 1 < n) driver_call(1);
+        driver_call(2);
+      }
+    }
+  };
+  int const steps = evict_buffer.empty() ? 200 : 20;
   for (int i = 0; i < 20; ++i) step();
   std::vector<double> ns;
+  double const pairs = steps * 2.0 * static_cast<double>(n);
   for (int r = 0; r < reps; ++r) {
     auto const t0 = std::chrono::steady_clock::now();
     for (int s = 0; s < steps; ++s) step();
     auto const t1 = std::chrono::steady_clock::now();
-    ns.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count() / (steps * 2.0 * static_cast<double>(n)));
+    if (!evict_buffer.empty())
+      for (int s = 0; s < steps; ++s) calls_alone();
+    auto const t2 = std::chrono::steady_clock::now();
+    ns.push_back((std::chrono::duration<double, std::nano>(t1 - t0).count() -
+                  std::chrono::duration<double, std::nano>(t2 - t1).count()) / pairs);
   }
   std::sort(ns.begin(), ns.end());
   auto at = [&](double q) { return ns[static_cast<std::size_t>(q * static_cast<double>(ns.size() - 1))]; };
@@ -101,6 +131,8 @@ row measure(hp::workload const& w, bool two_streams, int reps) {
 
 int main(int argc, char** argv) {
   int const reps = argc > 1 ? std::max(3, std::atoi(argv[1])) : 21;
+  int const evict_kib = argc > 2 ? std::max(0, std::atoi(argv[2])) : 0;
+  evict_buffer.assign(static_cast<std::size_t>(evict_kib) * 1024 / sizeof(unsigned long long), 1);
   hp::models::build_options ep64;
   ep64.expert_parallel = 64;
   std::vector<hp::workload> const workloads{hp::models::make_workload(hp::models::nemotron_h_8b()),
@@ -108,12 +140,16 @@ int main(int argc, char** argv) {
   std::vector<row> rows;
   for (auto const& w : workloads)
     for (bool two : {false, true}) rows.push_back(measure(w, two, reps));
-  std::printf("unit_pool bookkeeping per acquire + release pair (no-op events; median of %d reps of 200 steps)\n", reps);
+  if (evict_kib == 0)
+    std::printf("unit_pool bookkeeping per acquire + release pair (no-op events; median of %d reps of 200 steps)\n", reps);
+  else
+    std::printf("unit_pool bookkeeping per acquire + release pair, each record and wait sweeping %d KiB (minus the sweeps "
+                "alone; median of %d reps of 20 steps)\n", evict_kib, reps);
   std::printf("%-34s %-12s %6s %8s %10s %21s\n", "workload", "streams", "units", "buckets", "median ns", "p10..p90 ns");
   for (auto const& r : rows)
     std::printf("%-34s %-12s %6zu %8zu %10.1f %10.1f..%-10.1f\n", r.workload.c_str(), r.scenario.c_str(), r.units,
                 r.max_buckets, r.median_ns, r.p10_ns, r.p90_ns);
-  std::printf("{\"bench\":\"pool_bookkeeping\",\"reps\":%d,\"rows\":[", reps);
+  std::printf("{\"bench\":\"pool_bookkeeping\",\"reps\":%d,\"evict_kib\":%d,\"rows\":[", reps, evict_kib);
   for (std::size_t i = 0; i < rows.size(); ++i)
     std::printf("%s{\"workload\":\"%s\",\"streams\":\"%s\",\"units\":%zu,\"max_buckets\":%zu,\"median_ns\":%.1f,"
                 "\"p10_ns\":%.1f,\"p90_ns\":%.1f}",

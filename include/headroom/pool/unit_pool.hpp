@@ -460,12 +460,12 @@ class unit_pool {
     std::uint32_t const count = tg.bucket_count;
     bucket_state* const bs = buckets_.data() + tg.first_bucket;
     bool const off_trace = Interval && is_off_trace(t);  // the unit's bytes are held by a sharer
-    // Phase 1: choose a group per pooled bucket (distinct shapes: the choices cannot collide);
-    // throw before touching any state. Phase 2: order the reuse of each chosen slot after its
-    // last release (device-side), one wait per releasing stream (its latest release covers the
-    // others); may throw (a CUDA error): extra waits are harmless, state unchanged. On fixed and
-    // max plans every slot looked at is taken: waits are collected with the choices, unmarked.
+    // Phase 1: choose a group per pooled bucket (distinct shapes: the choices cannot collide) and
+    // the releases to wait for, one per releasing stream (its latest release covers the others);
+    // throw before touching any state. On fixed and max plans every slot looked at is taken:
+    // waits are collected with the choices, unmarked.
     std::uint64_t waits = 0;
+    bool pin_work = false;  // strict: a bucket is not in its pinned group (the first acquire pins)
     for (std::uint32_t b = 0; b < count && !off_trace; ++b) {
       auto const& st = bs[b];
       if (st.shape == no_shape) continue;
@@ -478,52 +478,72 @@ class unit_pool {
           no_free_slot(t, b, st);
         g = static_cast<std::uint32_t>(std::countr_zero(mask));
       }
+      if constexpr (Assignment::pins) pin_work |= st.pinned != g;
       chosen[b] = g;
       if constexpr (!Interval) order_.template wait_for<false>(slot_index(g, st.shape), s, waited, waits);
     }
     if (Interval && !off_trace) interval_waits(t, chosen, s, waited, waits);
-    order_.issue_waits(s, waited, waits, stats_.reuse_events);
-    // Phase 3: dynamic buffers (buckets without a slot, or every bucket of an off-trace acquire).
-    if (off_trace || tg.dynamic_buckets != 0) [[unlikely]]
+    // Phase 2, where the acquire takes upstream buffers (buckets without a slot, or every bucket
+    // of an off-trace acquire): the waits, then the buffers; either may throw (a CUDA error, or
+    // upstream's), leaving the state as it was (extra waits are harmless).
+    bool const dynamic = off_trace || tg.dynamic_buckets != 0;
+    if (dynamic) [[unlikely]] {
+      order_.issue_waits(s, waited, waits, stats_.reuse_events);
       take_buffers(bs, count, s, off_trace);
-    // Phase 4: commit (nothing here throws).
-    std::uint32_t moved = 0;  // bit b: bucket b left its pinned group (reported below)
+    }
+    // Phase 3: commit (nothing here throws); `chosen[b]` becomes the release the slot followed.
     std::uint32_t taken = 0;
     for (std::uint32_t b = 0; b < count && !off_trace; ++b) {
       auto& st = bs[b];
       if (st.shape == no_shape) continue;
       std::uint32_t const g = chosen[b];
       std::uint32_t const index = slot_index(g, st.shape);
-      if constexpr (Assignment::pins) {
-        if (st.pinned != g) [[unlikely]] {  // the first acquire pins; a later one that differs moved
-          if (st.pinned == none) {
-            st.pinned = g;
-          } else {
-            ++stats_.moves;
-            if (b < 32) moved |= 1u << b;
-          }
-        }
-      }
-      order_.take(index);
+      chosen[b] = order_.take(index);
       holder_[index] = t;
       free_mask_[st.shape] &= ~(std::uint64_t{1} << g);
       st.slot = index;
       st.group = g;
       ++taken;
     }
-    if (taken != 0) tg.in_arena = true;
     stats_.slots_in_use += taken;
-    if (off_trace) ++stats_.off_trace_fallbacks;
     stats_.cross_stream_waits += waits;
-    if (stats_.slots_in_use > stats_.slots_in_use_peak) stats_.slots_in_use_peak = stats_.slots_in_use;
     ++stats_.acquisitions;
+    if (off_trace) ++stats_.off_trace_fallbacks;
+    tg.in_arena = taken != 0;
     tg.holders = 1;
     tg.acquired_on = s;
     ++tg.epoch;
+    // Phase 4, the common case: the waits, the acquire's one driver call, last, so the host's
+    // work for it is one piece (the driver's code between two pieces evicts the pool's cache
+    // lines; bench_pool_acquire). If they throw, the commit is undone: the state is as it was.
+    if (!dynamic) [[likely]] {
+      try {
+        order_.issue_waits(s, waited, waits, stats_.reuse_events);
+      } catch (...) {
+        for (std::uint32_t b = count; b-- > 0;) {
+          auto& st = bs[b];
+          if (st.shape == no_shape) continue;
+          order_.untake(st.slot, chosen[b]);
+          holder_[st.slot] = none;
+          free_mask_[st.shape] |= std::uint64_t{1} << st.group;
+          st.slot = none;
+        }
+        stats_.slots_in_use -= taken;
+        stats_.cross_stream_waits -= waits;
+        --stats_.acquisitions;
+        tg.in_arena = false;
+        tg.holders = 0;  // (acquired_on means nothing while not held)
+        --tg.epoch;
+        throw;
+      }
+    }
+    if (stats_.slots_in_use > stats_.slots_in_use_peak) stats_.slots_in_use_peak = stats_.slots_in_use;
     lease l(this, t, tg.epoch);
+    // Strict: the first acquire pins each bucket to its group; a later one that took another
+    // group moved (reported, not re-pinned).
     if constexpr (Assignment::pins)
-      if (moved != 0) [[unlikely]]
-        report_moves(l, moved, s);
+      if (pin_work) [[unlikely]]
+        pin_or_report(l, bs, count, s);
     return l;
   }
 
@@ -602,15 +622,24 @@ class unit_pool {
     if (stats_.fallback_bytes_in_use > stats_.fallback_bytes_peak) stats_.fallback_bytes_peak = stats_.fallback_bytes_in_use;
   }
 
-  // Strict assignment: reports the buckets (bits of `moved`) that left their pinned groups.
-  void report_moves(lease& l, std::uint32_t moved, Stream const& s) {
-    auto const& tg = targets_[l.target_];
+  // Strict assignment: pins the buckets not pinned yet to the groups they took; reports those
+  // that took a group other than their pin (moved).
+  void pin_or_report(lease& l, bucket_state* bs, std::uint32_t count, Stream const& s) {
+    std::uint32_t moved = 0;  // bit b: bucket b left its pinned group
+    for (std::uint32_t b = 0; b < count; ++b) {
+      auto& st = bs[b];
+      if (st.shape == no_shape || st.pinned == st.group) continue;
+      if (st.pinned == none) {
+        st.pinned = st.group;
+      } else {
+        ++stats_.moves;
+        if (b < 32) moved |= 1u << b;
+      }
+    }
+    if (moved == 0) return;
     try {  // the logger is the user's code: if it throws, give the slots back first
-      for (std::uint32_t b = 0; b < tg.bucket_count && b < 32; ++b)
-        if (moved >> b & 1u) {
-          auto const& st = buckets_[tg.first_bucket + b];
-          report_move(l.target_, b, st, plan_.slots[st.slot].group);
-        }
+      for (std::uint32_t b = 0; b < count && b < 32; ++b)
+        if (moved >> b & 1u) report_move(l.target_, b, bs[b], bs[b].group);
     } catch (...) {
       release(l, s);
       throw;

@@ -56,6 +56,10 @@ class release_events {
   void drop(std::uint32_t e) noexcept {
     if (--entries_[e].holds == 0) push(e);
   }
+  /// Undoes the last drop(e) (drops undone last first: a drop that freed `e` pushed it last).
+  void undrop(std::uint32_t e) noexcept {
+    if (entries_[e].holds++ == 0) --free_;  // the newest free event is `e`: take it back
+  }
   /// Every event free (after clear_release_events).
   void reset() noexcept {
     for (auto& en : entries_) en.holds = 0;

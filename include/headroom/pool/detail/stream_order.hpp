@@ -7,8 +7,8 @@
 //
 //   release(lease, s):  begin_release(s, record_now) -> event; free_slot(slot, event) per slot;
 //                       end_release(event, slots freed)
-//   acquire(u, s):      wait_for(slot, s, ...) per slot it may take, then issue_waits(s, ...)
-//                       (throws: nothing changed); take(slot) per slot it took
+//   acquire(u, s):      wait_for(slot, s, ...) per slot it may take; take(slot) per slot it takes;
+//                       issue_waits(s, ...) last (throws: untake each slot, in reverse)
 //
 // One wait per releasing stream, not per slot: releases on one stream are ordered by it, so the
 // latest-recorded event of that stream covers every earlier one (a unit of two buckets whose
@@ -106,11 +106,21 @@ class stream_order {
     }
   }
   /// Slot `i` is taken: it no longer follows its release (its event is free once no slot does).
-  void take(std::uint32_t i) noexcept {
+  /// Returns the release it followed (none if none), for untake.
+  std::uint32_t take(std::uint32_t i) noexcept {
     auto& sl = slots_[i];
-    if (sl.event == none) return;
-    events_.drop(sl.event);
+    std::uint32_t const e = sl.event;
+    if (e == none) return none;
+    events_.drop(e);
     sl.event = none;
+    return e;
+  }
+  /// Undoes take(i) (its result `e`): call in the reverse order of the takes, with nothing else
+  /// between them but issue_waits (an acquire whose waits failed gives its slots back).
+  void untake(std::uint32_t i, std::uint32_t e) noexcept {
+    if (e == none) return;
+    events_.undrop(e);
+    slots_[i].event = e;
   }
 
   /// Forgets every release (the host synchronized the streams, or around a graph capture).
