@@ -134,9 +134,9 @@ class unit_pool {
           for (std::uint32_t b = 0; b < targets_[t].bucket_count; ++b) {
             auto& st = buckets_[targets_[t].first_bucket + b];
             if (st.shape != no_shape) continue;
-            st.data = static_cast<std::byte*>(
-                upstream_.allocate(home_, static_cast<std::size_t>(st.bytes), plan_.alignment));
-            stats_.persistent_bytes += st.bytes;
+            buf(st).data = static_cast<std::byte*>(
+                upstream_.allocate(home_, static_cast<std::size_t>(buf(st).bytes), plan_.alignment));
+            stats_.persistent_bytes += buf(st).bytes;
           }
       } catch (...) {
         free_all();
@@ -215,15 +215,14 @@ class unit_pool {
       auto& st = bs[b];
       if (st.slot != none) {
         order_.free_slot(st.slot, event);
-        holder_[st.slot] = none;
         free_mask_[st.shape] |= std::uint64_t{1} << st.group;
         st.slot = none;
         ++freed;
-      } else if (st.data != nullptr && (st.shape != no_shape || !NonUnit::persistent_buffers)) [[unlikely]] {
+      } else if (buf(st).data != nullptr && (st.shape != no_shape || !NonUnit::persistent_buffers)) [[unlikely]] {
         // a dynamic buffer: of a bucket without a slot, or of an off-trace acquire
-        upstream_.deallocate(s, st.data, static_cast<std::size_t>(st.bytes), plan_.alignment);
-        st.data = nullptr;
-        stats_.fallback_bytes_in_use -= st.bytes;
+        upstream_.deallocate(s, buf(st).data, static_cast<std::size_t>(buf(st).bytes), plan_.alignment);
+        buf(st).data = nullptr;
+        stats_.fallback_bytes_in_use -= buf(st).bytes;
       }
     }
     stats_.slots_in_use -= freed;
@@ -293,10 +292,12 @@ class unit_pool {
     expects(u < unit_count_, "unit_pool::holders: unit ", u, " out of range [0, ", unit_count_, ")");
     return targets_[u].holders;
   }
-  /// The unit holding slot `s`, or max size_t when it is free.
+  /// The unit holding slot `s`, or max size_t when it is free (a scan of the buckets: for
+  /// diagnostics, not for a hot path).
   [[nodiscard]] std::size_t slot_holder(std::size_t s) const {
-    expects(s < holder_.size(), "unit_pool::slot_holder: slot ", s, " out of range [0, ", holder_.size(), ")");
-    return holder_[s] == none ? std::numeric_limits<std::size_t>::max() : holder_[s];
+    expects(s < plan_.slots.size(), "unit_pool::slot_holder: slot ", s, " out of range [0, ", plan_.slots.size(), ")");
+    auto const t = holder_of(static_cast<std::uint32_t>(s));
+    return t == none ? std::numeric_limits<std::size_t>::max() : t;
   }
   /// Strict assignment: the group bucket `b` of unit `u` is pinned to, or max size_t if none yet.
   [[nodiscard]] std::size_t pinned_group(std::size_t u, std::size_t b) const {
@@ -316,14 +317,25 @@ class unit_pool {
     bool in_arena = false;  // held, and its pooled buckets are in their slots (not off-trace buffers)
     Stream acquired_on{};   // the stream of the acquire that took the slots (release order policy)
   };
+  // A bucket's state in two parts: what acquire and release read for every pooled bucket (16
+  // bytes: four a cache line), and its size and upstream buffer (buffers_, same index), read only
+  // for buckets served upstream and in messages.
   struct bucket_state {
     std::uint32_t shape = no_shape;  // no_shape: served by the NonUnit policy
     std::uint32_t slot = none;       // slot while held
     std::uint32_t pinned = none;     // strict: pinned group
     std::uint32_t group = none;      // the slot's group while held (slot = plan.slot_index(group, shape))
-    std::uint64_t bytes = 0;         // padded request
-    std::byte* data = nullptr;       // fallback buffer (dynamic while held, or persistent)
   };
+  struct bucket_buffer {
+    std::uint64_t bytes = 0;    // padded request
+    std::byte* data = nullptr;  // fallback buffer (dynamic while held, or persistent)
+  };
+  [[nodiscard]] bucket_buffer& buf(bucket_state const& st) noexcept {
+    return buffers_[static_cast<std::size_t>(&st - buckets_.data())];
+  }
+  [[nodiscard]] bucket_buffer const& buf(bucket_state const& st) const noexcept {
+    return buffers_[static_cast<std::size_t>(&st - buckets_.data())];
+  }
 
   [[nodiscard]] bool is_unit(std::uint32_t t) const noexcept { return t < unit_count_; }
   [[nodiscard]] std::size_t external_index(std::uint32_t t) const noexcept {
@@ -356,10 +368,11 @@ class unit_pool {
       for (std::uint32_t g = 0; g < p.plan_.buffers; ++g) {
         auto const s = p.plan_.slot_index(g, shape);
         os << (g ? ", " : "") << "slot " << s << " (group " << g << ") held by ";
-        if (p.holder_[s] == none)
+        auto const t = p.holder_of(s);
+        if (t == none)
           os << "nobody";
         else
-          os << target_name{&p, p.holder_[s]};
+          os << target_name{&p, t};
       }
     }
     friend std::ostream& operator<<(std::ostream& os, shape_holders const& h) {
@@ -372,9 +385,17 @@ class unit_pool {
   [[nodiscard]] std::uint32_t slot_index(std::uint32_t group, std::uint32_t shape) const noexcept {
     return group * shape_count_ + shape;
   }
+  // The target holding slot `s`, or none: a scan of the buckets (messages and diagnostics only;
+  // the hot path keeps no per-slot holder, one array fewer to touch a pair).
+  [[nodiscard]] std::uint32_t holder_of(std::uint32_t s) const noexcept {
+    for (std::uint32_t t = 0; t < targets_.size(); ++t)
+      for (std::uint32_t b = 0; b < targets_[t].bucket_count; ++b)
+        if (buckets_[targets_[t].first_bucket + b].slot == s) return t;
+    return none;
+  }
   [[noreturn]] void no_free_slot(std::uint32_t t, std::uint32_t b, bucket_state const& st) const {
     detail::fail<capacity_error>("unit_pool::acquire: no free slot for bucket ", b, " (",
-                                 plan_.shapes[st.shape].category_name, ", ", st.bytes, " bytes) of ",
+                                 plan_.shapes[st.shape].category_name, ", ", buf(st).bytes, " bytes) of ",
                                  describe_target(t), " in plan '", plan_.workload_name, "': shape ", st.shape, " (",
                                  plan_.shapes[st.shape].category_name, "#", plan_.shapes[st.shape].ordinal,
                                  ") has ", plan_.buffers, " slots, all held: ", shape_holders{this, st.shape},
@@ -390,8 +411,8 @@ class unit_pool {
     expects(b < targets_[t].bucket_count, "unit_pool::lease: bucket ", b, " out of range [0, ",
             targets_[t].bucket_count, ") of ", describe_target(t));
     auto const& st = buckets_[targets_[t].first_bucket + b];
-    std::byte* base = st.slot != none ? arena_ + plan_.slots[st.slot].offset : st.data;
-    return {base, static_cast<std::size_t>(st.bytes)};
+    std::byte* base = st.slot != none ? arena_ + plan_.slots[st.slot].offset : buf(st).data;
+    return {base, static_cast<std::size_t>(buf(st).bytes)};
   }
 
   void build_targets() {
@@ -404,21 +425,20 @@ class unit_pool {
       for (std::size_t b = 0; b < plan_.bucket_bytes[u].size(); ++b) {
         bucket_state st;
         st.shape = plan_.bucket_shape[u][b];
-        st.bytes = plan_.bucket_bytes[u][b];
-        expects(st.shape == no_shape || (st.shape < plan_.shapes.size() && st.bytes <= plan_.shapes[st.shape].bytes),
-                "unit_pool: plan '", plan_.workload_name, "' puts unit ", u, " bucket ", b, " (", st.bytes,
+        std::uint64_t const bytes = plan_.bucket_bytes[u][b];
+        expects(st.shape == no_shape || (st.shape < plan_.shapes.size() && bytes <= plan_.shapes[st.shape].bytes),
+                "unit_pool: plan '", plan_.workload_name, "' puts unit ", u, " bucket ", b, " (", bytes,
                 " bytes) in a shape that cannot hold it");
         if (st.shape == no_shape && !NonUnit::persistent_buffers) ++targets_.back().dynamic_buckets;
         buckets_.push_back(st);
+        buffers_.push_back({bytes, nullptr});
       }
     }
     for (auto bytes : plan_.non_unit_bytes) {
       targets_.push_back({static_cast<std::uint32_t>(buckets_.size()), 1, 0, NonUnit::persistent_buffers ? 0u : 1u});
-      bucket_state st;
-      st.bytes = bytes;
-      buckets_.push_back(st);
+      buckets_.push_back({});
+      buffers_.push_back({bytes, nullptr});
     }
-    holder_.assign(plan_.slots.size(), none);
     order_ = detail::stream_order<Stream, Event>(plan_.slots.size());
     sharing_ = detail::byte_sharing(plan_, [&](std::uint32_t u) { return targets_[u].bucket_count; });
     interval_ = sharing_.active();
@@ -499,7 +519,6 @@ class unit_pool {
       std::uint32_t const g = chosen[b];
       std::uint32_t const index = slot_index(g, st.shape);
       chosen[b] = order_.take(index);
-      holder_[index] = t;
       free_mask_[st.shape] &= ~(std::uint64_t{1} << g);
       st.slot = index;
       st.group = g;
@@ -524,7 +543,6 @@ class unit_pool {
           auto& st = bs[b];
           if (st.shape == no_shape) continue;
           order_.untake(st.slot, chosen[b]);
-          holder_[st.slot] = none;
           free_mask_[st.shape] |= std::uint64_t{1} << st.group;
           st.slot = none;
         }
@@ -605,17 +623,17 @@ class unit_pool {
       for (; done < count; ++done) {
         auto& st = bs[done];
         if (!needs_buffer(st)) continue;
-        st.data = static_cast<std::byte*>(upstream_.allocate(s, static_cast<std::size_t>(st.bytes), plan_.alignment));
-        stats_.fallback_bytes_in_use += st.bytes;
+        buf(st).data = static_cast<std::byte*>(upstream_.allocate(s, static_cast<std::size_t>(buf(st).bytes), plan_.alignment));
+        stats_.fallback_bytes_in_use += buf(st).bytes;
         ++stats_.fallback_allocations;
       }
     } catch (...) {
       for (std::uint32_t b = 0; b < done; ++b) {
         auto& st = bs[b];
-        if (!needs_buffer(st) || st.data == nullptr) continue;
-        upstream_.deallocate(s, st.data, static_cast<std::size_t>(st.bytes), plan_.alignment);
-        st.data = nullptr;
-        stats_.fallback_bytes_in_use -= st.bytes;
+        if (!needs_buffer(st) || buf(st).data == nullptr) continue;
+        upstream_.deallocate(s, buf(st).data, static_cast<std::size_t>(buf(st).bytes), plan_.alignment);
+        buf(st).data = nullptr;
+        stats_.fallback_bytes_in_use -= buf(st).bytes;
       }
       throw;
     }
@@ -648,7 +666,7 @@ class unit_pool {
 
   void report_move(std::uint32_t t, std::uint32_t b, bucket_state const& st, std::uint32_t g) const {
     auto const pinned_slot = plan_.slot_index(st.pinned, st.shape);
-    std::uint32_t const holder = holder_[pinned_slot];
+    std::uint32_t const holder = holder_of(static_cast<std::uint32_t>(pinned_slot));
     std::string const msg = headroom::detail::concat(
         "unit_pool[", plan_.workload_name, "]: bucket ", b, " of ", describe_target(t), " is pinned to group ",
         st.pinned, " but its slot ", pinned_slot, " is held by ",
@@ -661,9 +679,9 @@ class unit_pool {
   void free_all() noexcept {
     // Persistent buffers, and dynamic ones of leases never released, go back on the home stream.
     for (auto& st : buckets_)
-      if (st.data != nullptr) {
-        upstream_.deallocate(home_, st.data, static_cast<std::size_t>(st.bytes), plan_.alignment);
-        st.data = nullptr;
+      if (buf(st).data != nullptr) {
+        upstream_.deallocate(home_, buf(st).data, static_cast<std::size_t>(buf(st).bytes), plan_.alignment);
+        buf(st).data = nullptr;
       }
     if (arena_ == nullptr) return;
     order_.drain(home_);
@@ -676,13 +694,13 @@ class unit_pool {
   std::vector<target_state> targets_;  // units, then non-unit buckets
   std::vector<bucket_state> buckets_;
   std::vector<std::uint64_t> free_mask_;  // per shape: bit g set = group g free
-  std::vector<std::uint32_t> holder_;     // per slot: the target holding it, or none
   detail::stream_order<Stream, Event> order_;  // per slot: the release a reuse must follow
   detail::capture_state* capture_ = nullptr;   // the open capture scope's state (capture.hpp)
   std::size_t unit_count_ = 0;
   std::uint32_t shape_count_ = 0;  // plan_.shapes.size()
   bool interval_ = false;          // sharing_.active(): an interval plan
   pool_stats stats_;
+  std::vector<bucket_buffer> buffers_;  // per bucket (buckets_'s index): size and upstream buffer
   plan plan_;
   Upstream upstream_;
   Stream home_;
