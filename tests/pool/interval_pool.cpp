@@ -173,6 +173,31 @@ TEST_CASE("interval plan: a unit waits on the releases of the units whose bytes 
   recording_event::log = nullptr;
 }
 
+TEST_CASE("interval plan: an acquire whose wait fails leaves no mark, so its retry still waits") {
+  log_t log;
+  recording_event::log = &log;
+  named_stream const home{0}, ag{1}, compute{2};
+  auto const w = five();  // u0 and u2 share bytes
+  {
+    test_pool<> p(make_interval_plan(w, {training_order(w)}), counting_resource{}, home);
+    auto l0 = p.acquire(0, ag);
+    auto l1 = p.acquire(1, ag);
+    p.release(l0, compute);
+    recording_event::fail_waits = true;
+    CHECK_THROWS_AS((void)p.acquire(2, ag), cuda_error);
+    recording_event::fail_waits = false;
+    CHECK(p.holders(2) == 0);
+    CHECK(p.stats().cross_stream_waits == 0);
+    log.lines.clear();
+    auto l2 = p.acquire(2, ag);  // u0's bytes, released on s2: ag must wait on it now
+    CHECK(count_lines(log, "s1 waits") == 1);
+    CHECK(p.stats().cross_stream_waits == 1);
+    p.release(l1, ag);
+    p.release(l2, ag);
+  }
+  recording_event::log = nullptr;
+}
+
 TEST_CASE("interval plan: an order no registered order allows is rejected, naming both units") {
   auto const w = five();
   host_unit_pool<> p(make_interval_plan(w, {training_order(w)}), host::aligned_resource{}, hs);

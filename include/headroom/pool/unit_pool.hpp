@@ -508,7 +508,12 @@ class unit_pool {
     // upstream's), leaving the state as it was (extra waits are harmless).
     bool const dynamic = off_trace || tg.dynamic_buckets != 0;
     if (dynamic) [[unlikely]] {
-      order_.issue_waits(s, waited, waits, stats_.reuse_events);
+      try {
+        order_.issue_waits(s, waited, waits, stats_.reuse_events);
+      } catch (...) {
+        if (Interval && !off_trace) interval_unmark(t, [&](std::uint32_t b) { return chosen[b]; }, s);
+        throw;
+      }
       take_buffers(bs, count, s, off_trace);
     }
     // Phase 3: commit (nothing here throws); `chosen[b]` becomes the release the slot followed.
@@ -539,6 +544,7 @@ class unit_pool {
       try {
         order_.issue_waits(s, waited, waits, stats_.reuse_events);
       } catch (...) {
+        if constexpr (Interval) interval_unmark(t, [&](std::uint32_t b) { return bs[b].group; }, s);
         for (std::uint32_t b = count; b-- > 0;) {
           auto& st = bs[b];
           if (st.shape == no_shape) continue;
@@ -599,16 +605,27 @@ class unit_pool {
   // pending (a unit sharing bytes with them later must wait too) until they are re-acquired.
   void interval_waits(std::uint32_t t, std::uint32_t const* chosen, Stream const& s, std::uint32_t* waited,
                       std::uint64_t& waits) noexcept {
-    auto const wait_for = [&](std::uint32_t slot) { order_.template wait_for<true>(slot, s, waited, waits); };
+    interval_slots(t, [&](std::uint32_t b) { return chosen[b]; },
+                   [&](std::uint32_t slot) { order_.template wait_for<true>(slot, s, waited, waits); });
+  }
+  // Their waits failed to issue: the marks go (else a retry on `s` would skip its waits).
+  template <class Group>
+  void interval_unmark(std::uint32_t t, Group group_of, Stream const& s) noexcept {
+    interval_slots(t, group_of, [&](std::uint32_t slot) { order_.unmark(slot, s); });
+  }
+  // The slots an acquire of `t` on an interval plan looks at: its buckets' (group_of(b)), and those
+  // of the units sharing its bytes.
+  template <class Group, class Fn>
+  void interval_slots(std::uint32_t t, Group group_of, Fn fn) const {
     auto const& tg = targets_[t];
     for (std::uint32_t b = 0; b < tg.bucket_count; ++b) {
       auto const shape = buckets_[tg.first_bucket + b].shape;
-      if (shape != no_shape) wait_for(slot_index(chosen[b], shape));
+      if (shape != no_shape) fn(slot_index(group_of(b), shape));
     }
     for (auto v : sharing_.sharing(t))
       for (std::uint32_t b = 0; b < targets_[v].bucket_count; ++b) {
         auto const shape = buckets_[targets_[v].first_bucket + b].shape;
-        if (shape != no_shape) wait_for(slot_index(0, shape));
+        if (shape != no_shape) fn(slot_index(0, shape));
       }
   }
 

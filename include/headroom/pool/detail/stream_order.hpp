@@ -8,7 +8,8 @@
 //   release(lease, s):  begin_release(s, record_now) -> event; free_slot(slot, event) per slot;
 //                       end_release(event, slots freed)
 //   acquire(u, s):      wait_for(slot, s, ...) per slot it may take; take(slot) per slot it takes;
-//                       issue_waits(s, ...) last (throws: untake each slot, in reverse)
+//                       issue_waits(s, ...) last (throws: untake each slot, in reverse, and
+//                       unmark what wait_for<true> marked)
 //
 // One wait per releasing stream, not per slot: releases on one stream are ordered by it, so the
 // latest-recorded event of that stream covers every earlier one (a unit of two buckets whose
@@ -90,9 +91,16 @@ class stream_order {
     }
     waited[waits++] = e;
   }
+  /// Undoes a mark of wait_for<true> on slot `i` by `s` (its waits failed to issue). A mark made
+  /// before is dropped too: that costs one extra wait later, never a missing one.
+  void unmark(std::uint32_t i, Stream const& s) noexcept {
+    auto& sl = slots_[i];
+    if (sl.waited && sl.waited_by == s) sl.waited = false;
+  }
   /// Orders `s` after the events wait_for kept, on the device: records those the releases
   /// deferred (on their releasing streams, counting them in `recorded`), then one wait each. May
-  /// throw (a CUDA error); extra records and waits are harmless, nothing else changes.
+  /// throw (a CUDA error): extra records and waits are harmless; the marks wait_for<true> made
+  /// stay (the caller unmarks them).
   void issue_waits(Stream const& s, std::uint32_t const* waited, std::uint64_t waits, std::uint64_t& recorded) {
     for (std::uint64_t k = 0; k < waits; ++k) {
       std::uint32_t const e = waited[k];
