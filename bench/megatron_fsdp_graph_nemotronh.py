@@ -281,8 +281,7 @@ def main() -> int:
     ap.add_argument("--experts", type=int, default=SIZE["experts"])
     ap.add_argument("--kv-heads", type=int, default=None,
                     help="key/value heads of the attention blocks (default: the config's 2, grouped-query "
-                         "attention with 4 query heads a group at hidden 1024; 1x H200, 2026-11-29, --gqa sdpa: the "
-                         "bf16 hybrid's replayed dK and dV differed from eager with groups, not with 8 heads)")
+                         "attention with 4 query heads a group at hidden 1024)")
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=3, help="eager steps before timing (>= 2: learn, then arena)")
     ap.add_argument("--iters", type=int, default=5,
@@ -295,11 +294,10 @@ def main() -> int:
                          "(1x H200, 2026-11-29: a replay's first attention output differed from eager, and two "
                          "replays' gradients from each other); eager: transformers' eager attention (its mask "
                          "is a host-to-device copy: not capturable)")
-    ap.add_argument("--gqa", default="expand", choices=("expand", "sdpa"),
-                    help="grouped-query attention: expand: the key/value heads repeated to the query heads "
-                         "before SDPA (enable_gqa=False); sdpa: SDPA's own enable_gqa=True, as transformers "
-                         "calls it (1x H200, 2026-11-29: the bf16 hybrid's replayed dK and dV then differed "
-                         "from eager)")
+    ap.add_argument("--gqa", default="sdpa", choices=("sdpa", "expand"),
+                    help="grouped-query attention: sdpa: as transformers calls SDPA (enable_gqa=True with no "
+                         "mask; the masks pinned to eager's in both modes); expand: the key/value heads "
+                         "repeated to the query heads before SDPA (enable_gqa=False)")
     ap.add_argument("--stream", default="side", choices=("side", "default"),
                     help="side: each rank builds, shards and runs its eager steps on one stream of its own "
                          "(autograd keeps the stream a parameter's gradient node was made on, and a capture "

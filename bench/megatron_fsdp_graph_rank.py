@@ -82,15 +82,40 @@ def check_pattern(model, pattern: str) -> None:
 
 
 def pin_single_sequence_masks() -> None:
-    """transformers' mask code detects packed sequences from position_ids with a host read
-    (masking_utils.find_packed_sequence_indices: ``(...).all()``) in eager mode and takes a static
-    path while a CUDA stream captures, so eager and captured steps would build different attention
-    masks. The bench's rows are single sequences: both modes get None (no packing), the same
-    attention kernel, and the host read is gone."""
+    """transformers' mask code takes other paths while a CUDA stream captures than in eager mode
+    (it counts capture as tracing, where it may not read the host), so an eager step and its
+    replay would run different attention. Two places, both pinned to eager's answer for the
+    bench's rows (single sequences, no padding mask, so no host read is needed):
+
+    - the packed-sequence check (``masking_utils.find_packed_sequence_indices``: ``(...).all()``
+      on the host in eager mode): None (no packing) in both modes;
+    - whether SDPA may drop the causal mask (``masking_utils._ignore_causal_mask_sdpa``): under
+      capture transformers 5.17 keeps it, materialising a (batch, 1, seq, seq) bool mask, and with a
+      mask its sdpa attention repeats the key/value heads itself (``repeat_kv``) instead of passing
+      ``enable_gqa=True``; eager drops it (``is_causal=True``, SDPA's grouped-query path). 1x H200,
+      torch 2.11, 2026-11-29: the two paths' dK and dV differ in the last bits (the group sum is
+      made by different kernels), which was what kept the bf16 hybrid's replayed gradients from
+      equalling eager's. With no padding mask the answer is computed as in eager."""
+    import torch
     import transformers.masking_utils as mu
 
     if hasattr(mu, "find_packed_sequence_indices"):
         mu.find_packed_sequence_indices = lambda position_ids: None
+    if hasattr(mu, "_ignore_causal_mask_sdpa") and hasattr(mu, "is_tracing"):
+        decide = mu._ignore_causal_mask_sdpa
+
+        def as_in_eager(padding_mask, *args, **kwargs):
+            capturing = torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+            if padding_mask is not None or not capturing:
+                return decide(padding_mask, *args, **kwargs)
+            tracing = mu.is_tracing
+            mu.is_tracing = lambda *a, **k: False  # nothing to read on the host without a padding mask
+            try:
+                return decide(padding_mask, *args, **kwargs)
+            finally:
+                mu.is_tracing = tracing
+
+        mu._ignore_causal_mask_sdpa = as_in_eager
 
 
 def where(e: BaseException) -> str:
@@ -181,11 +206,10 @@ def one_gather_at_a_time() -> None:
 
 def expand_gqa_heads() -> None:
     """--gqa expand: torch's ``scaled_dot_product_attention`` called with ``enable_gqa=True`` (what
-    transformers' sdpa attention passes for grouped-query heads) gets its key and value heads
-    repeated to the query heads first (``repeat_interleave``) and ``enable_gqa=False``: the same
-    attention. 1x H200, torch 2.11, 2026-11-29: in the bare hybrid model under the math backend,
-    the replayed dK and dV of SDPA's own grouped-query path differed from eager's (143 of 177
-    gradients); with the heads repeated first, 0 of 177 (contiguous q, k, v alone changed nothing)."""
+    transformers' sdpa attention passes for grouped-query heads with no mask) gets its key and
+    value heads repeated to the query heads first (``repeat_interleave``) and ``enable_gqa=False``:
+    the same attention, as transformers runs it where it keeps a mask. Before the masks were pinned
+    (``pin_single_sequence_masks``) this made eager and capture agree; it is kept to compare."""
     import torch.nn.functional as F
 
     sdpa = F.scaled_dot_product_attention
