@@ -291,9 +291,8 @@ def main() -> int:
     ap.add_argument("--attention", default="sdpa-math", choices=ATTENTION,
                     help="sdpa-math: transformers' sdpa attention with torch's math backend "
                          "(sdpa_kernel(SDPBackend.MATH) around each forward); sdpa: torch's choice of backend "
-                         "(1x H200, 2026-11-29: a replay's first attention output differed from eager, and two "
-                         "replays' gradients from each other); eager: transformers' eager attention (its mask "
-                         "is a host-to-device copy: not capturable)")
+                         "(1x H200, 2026-11-29, with the masks pinned: replays bit-equal too); eager: "
+                         "transformers' eager attention (its mask is a host-to-device copy: not capturable)")
     ap.add_argument("--gqa", default="sdpa", choices=("sdpa", "expand"),
                     help="grouped-query attention: sdpa: as transformers calls SDPA (enable_gqa=True with no "
                          "mask; the masks pinned to eager's in both modes); expand: the key/value heads "
