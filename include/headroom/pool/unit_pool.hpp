@@ -31,6 +31,10 @@
 // Holding: acquiring a unit that is already held returns another lease on the same slots
 // (Megatron's re-fetch); the slots are freed when the last lease is released.
 //
+// Failure: an acquire that throws (no free slot, a CUDA error in a wait, upstream's error) leaves
+// the pool as it was, and its retry waits as the first attempt would have; a release whose
+// event record throws leaves the lease held.
+//
 // Not thread-safe: one host thread drives a pool (as one rank's FSDP engine does).
 //
 // Synchronising calls: construction and destruction call the upstream (cuda::device_resource:
