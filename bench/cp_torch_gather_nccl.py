@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 # headroom: needs 2 GPUs
+# headroom: stress lanes (tools/gpu-stress --lanes: a file rendezvous of its own per run, bandwidth-bound)
 """headroom.torch.cp's gather over NCCL: two processes (cuda:0, cuda:1, the nccl backend), each a
 CP rank of random packed batches (Partition.from_raw of random sequence lengths).
 

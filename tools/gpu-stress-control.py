@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 # headroom: needs 2 GPUs
+# headroom: stress lanes (tools/gpu-stress --lanes: a file rendezvous of its own per run, bandwidth-bound)
 """tools/gpu-stress's control: bench/cp_torch_gather_nccl.py's process layout and collectives
 with torch only (headroom is never imported). Two processes (mp.spawn, cuda:0 and cuda:1, NCCL
 with device_id, a file store), each: all_gather_into_tensor of a [T/2, w] shard, a reorder by

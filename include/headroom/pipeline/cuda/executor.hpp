@@ -86,18 +86,24 @@ class transport<Comm> : public detail::in_order_transport<Comm> {
   /// direction; NCCL 2.28 fails that pairing ("Message truncated", seen on 2x H100 with
   /// transfers::grouped, 1F1B p = 2, m = 1). The executor therefore connects every peer of its
   /// schedule when it is built: one group of a one-byte send and receive per peer, on every rank.
+  /// Each message has a slot of its own of `connect_slot_bytes`: NCCL's send kernel loads more
+  /// than the byte it sends (a 4-byte read of a 1-byte message, compute-sanitizer memcheck,
+  /// NCCL 2.28, 2x H200), past the end of a block sized to the messages.
+  static constexpr std::size_t connect_slot_bytes = 128;
+
   template <class Resource>
   void connect(std::span<int const> peers, headroom::cuda::stream_view s, Resource& resource) {
     if constexpr (requires { typename Comm::group_type; }) {
       if (peers.empty()) return;
-      std::size_t const bytes = 2 * peers.size();
+      std::size_t const bytes = 2 * peers.size() * connect_slot_bytes;
       auto* block = static_cast<std::byte*>(resource.allocate(s, bytes));
       try {
         HEADROOM_CUDA_TRY(cudaMemsetAsync(block, 0, bytes, s.get()));
         typename Comm::group_type group;
         for (std::size_t i = 0; i < peers.size(); ++i) {
-          this->comm().send(std::span<std::byte const>(block + i, 1), peers[i], s);
-          this->comm().recv(std::span<std::byte>(block + peers.size() + i, 1), peers[i], s);
+          std::byte* const slot = block + 2 * i * connect_slot_bytes;
+          this->comm().send(std::span<std::byte const>(slot, 1), peers[i], s);
+          this->comm().recv(std::span<std::byte>(slot + connect_slot_bytes, 1), peers[i], s);
         }
         group.end();
       } catch (...) {
