@@ -23,6 +23,9 @@ against a bare dist.all_gather_into_tensor of the same bytes, and the gather of 
 bf16 and fp32 at --width, bf16 at each of --extra-widths (151936, the logits). "agreement": the
 extra time of a partition's first gather, whose ranks agree first (one all_gather of 9 int64 per
 rank and a copy back to the host), over a later one.
+Where the per-token gather's time goes (first case only): the host time of a call without waiting
+(`cp.gather` and the bare all-gather, --host-calls back to back, the device never waited on), and
+rank 0's cProfile of the same calls: the Python functions and builtins by own time per call.
 A table on rank 0, PASS/FAIL lines, one JSON line; $OUT/cp_torch_gather_nccl.json when OUT is set.
 Exit 1 when a check fails; "skipped: ..." and exit 77 without 2 GPUs, torch or headroom._cuda.
 
@@ -82,6 +85,41 @@ def per_token(o):
 
     f = o.float()
     return torch.stack([f.amax(-1), f.amin(-1)], -1)
+
+
+def sync(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def host_cost(fn, calls, profile: bool):
+    """Host microseconds a call of fn() (calls back to back, no synchronisation inside; the caller
+    synchronises around), and with profile the rows of a cProfile of another `calls` calls: (function,
+    calls per call of fn, own µs per call of fn, cumulative µs per call of fn), by own time, top 12."""
+    import cProfile
+    import pstats
+
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    host_us = (time.perf_counter() - t0) * 1e6 / calls
+    rows = []
+    if profile:
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(calls):
+            fn()
+        prof.disable()
+        stats = pstats.Stats(prof).stats
+        for (path, line, name), (_, ncalls, tottime, cumtime, _) in sorted(stats.items(), key=lambda kv: -kv[1][2])[:12]:
+            where = name if path == "~" else f"{os.path.basename(path)}:{line}({name})"
+            rows.append((where, ncalls / calls, tottime * 1e6 / calls, cumtime * 1e6 / calls))
+    else:
+        for _ in range(calls):
+            fn()
+    return host_us, rows
 
 
 def timed(fn, args, device):
@@ -174,6 +212,14 @@ def checks_and_times(rank, world, args, device):
         bare_ms = timed(lambda: dist.all_gather_into_tensor(out, local), args, device)
         vec_ms = timed(lambda: cp.gather(vec, part), args, device)
         vec_bare_ms = timed(lambda: dist.all_gather_into_tensor(vec_out, vec), args, device)
+        host = {}
+        if not rows and args.host_calls > 0:  # the first case: where the per-token gather's time goes
+            for name, fn in (("cp.gather", lambda: cp.gather(vec, part)),
+                             ("all_gather", lambda: dist.all_gather_into_tensor(vec_out, vec))):
+                dist.barrier()
+                sync(device)
+                host[name] = host_cost(fn, args.host_calls, profile=rank == 0)
+                sync(device)
         rows.append({"dtype": dname, "tokens": part.global_rows, "width": width,
                      "sequences": len(part.cu_seqlens) - 1, "bytes": part.global_rows * width * local.element_size(),
                      "gather_ms": methods["auto"], "methods_ms": methods, "all_gather_ms": bare_ms,
@@ -181,7 +227,9 @@ def checks_and_times(rank, world, args, device):
                      "agreement_ms": first_ms - methods["auto"],
                      "per_token_bytes": part.global_rows * 2 * vec.element_size(),
                      "per_token_gather_ms": vec_ms, "per_token_all_gather_ms": vec_bare_ms,
-                     "per_token_ratio": vec_ms / vec_bare_ms})
+                     "per_token_ratio": vec_ms / vec_bare_ms,
+                     "per_token_host_us": {k: v[0] for k, v in host.items()},
+                     "per_token_profile": {k: v[1] for k, v in host.items()}})
         del local, out
     return checks, rows
 
@@ -265,6 +313,8 @@ def main() -> int:
     ap.add_argument("--iterations", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--timeout", type=int, default=120, help="seconds for a collective before it fails")
+    ap.add_argument("--host-calls", type=int, default=1000,
+                    help="calls of the per-token host-cost measurement and its cProfile (0: none)")
     args = ap.parse_args()
     if args.iterations < 1 or args.warmup < 0 or args.world < 2:
         ap.error("--iterations >= 1, --warmup >= 0, --world >= 2")
@@ -309,6 +359,14 @@ def main() -> int:
                   f" | {row['agreement_ms']:8.3f}ms" + (f"  ({', '.join(late)})" if late else ""))
         print(f"ratio = cp.gather (method auto) / bare all_gather_into_tensor; targets <= {TARGET}x, per-token <= "
               f"{PER_TOKEN_TARGET}x; agreement = a partition's first gather over a later one")
+        first = r0["rows"][0]
+        if first.get("per_token_host_us"):
+            print(f"\nper-token vectors, {first['dtype']} case: host us a call, {args.host_calls} calls back to back: "
+                  + ", ".join(f"{k} {v:.1f}" for k, v in first["per_token_host_us"].items()))
+            for name, prof in first["per_token_profile"].items():
+                print(f"  rank 0 cProfile of {name} (own us, cumulative us, calls per call):")
+                for where, n, own, cum in prof:
+                    print(f"    {own:8.2f} {cum:8.2f} {n:5.1f}  {where}")
         print()
     counts = {}
     for res in results:

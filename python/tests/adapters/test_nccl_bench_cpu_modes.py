@@ -25,7 +25,7 @@ def run(args, tmp_path):
 def test_cp_gather_bench_on_gloo(tmp_path):
     out = run([BENCH / "cp_torch_gather_nccl.py", "--backend", "gloo", "--device", "cpu", "--tokens", "300",
                "--width", "16", "--extra-widths", "40", "--check-tokens", "300", "--check-width", "16", "--batches", "2",
-               "--iterations", "3", "--warmup", "1"], tmp_path)
+               "--iterations", "3", "--warmup", "1", "--host-calls", "20"], tmp_path)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "FAIL" not in out.stdout
     for policy in ("full", "none", "per_token", "local-gradient"):
@@ -35,6 +35,12 @@ def test_cp_gather_bench_on_gloo(tmp_path):
     assert summary["pass"] and summary["checks_failed"] == 0 and summary["checks"] == 2 * 2 * 7 + 3 * 3
     assert [(r["dtype"], r["width"]) for r in summary["rows"]] == [("bf16", 16), ("fp32", 16), ("bf16", 40)]
     assert set(summary["rows"][0]["methods_ms"]) == {"auto", "all_gather", "pipelined", "in_place"}
+    # the per-token host cost of the first case, and rank 0's profile of it, name the collective
+    first = summary["rows"][0]
+    assert set(first["per_token_host_us"]) == {"cp.gather", "all_gather"}
+    assert all(v > 0 for v in first["per_token_host_us"].values())
+    assert any("all_gather" in row[0] for row in first["per_token_profile"]["cp.gather"])
+    assert "rank 0 cProfile of cp.gather" in out.stdout
 
 
 def test_stats_bench_checks_on_gloo(tmp_path):
