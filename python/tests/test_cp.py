@@ -162,9 +162,12 @@ def test_cuda_module_takes_the_core_objects():
         _cuda.pad_split(pd, other, (16, 3, 8), (32, 3, 8), 64, 12, 4096, 8, 4, 2, 0, bytes(2), 0)
     with pytest.raises(headroom.invalid_argument, match="device raw cu_seqlens has 4 entries, the host metadata has 3"):
         _cuda.pad_split(pd, part, (16, 4, 8), (32, 3, 8), 64, 12, 4096, 8, 4, 2, 0, bytes(2), 0)
-    with pytest.raises(headroom.invalid_argument, match=r"place_rank_major: local rows \[0, 9\), expected a range "
-                       "within this partition's 8 local rows"):
+    with pytest.raises(headroom.invalid_argument, match=r"place_rank_major: local rows from 0, 9 of them, expected a "
+                       "range within this partition's 8 local rows"):
         _cuda.place(part, (16, 3, 8), 64, 9, 4096, part.global_rows, 4, 2, 0, 0, 0, 9, True)
+    # a range whose end does not fit an int64 is refused the same way (no signed overflow in the check)
+    with pytest.raises(headroom.invalid_argument, match=r"local rows from 4611686018427387904, 4611686018427387904 of"):
+        _cuda.place(part, (16, 3, 8), 64, 9, 4096, part.global_rows, 4, 2, 0, 0, 2**62, 2**62, True)
     # Another type where a Partition or Padding goes is nanobind's TypeError, not a crash.
     for wrong in (pd, [0, 8, 12], None):
         with pytest.raises(TypeError):

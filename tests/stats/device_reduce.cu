@@ -2,18 +2,21 @@
 // headroom: needs 2 GPUs
 // GPU test (2 GPUs, one process): device-resident reports (stats/cuda/device_reducer.hpp).
 // Values written by kernels or stored from host reports, reduced with one all-reduce and no host
-// round trip, read back through ready()/get(); exact int64 beyond 2^53 and doubles; graph
-// capture; the schema agreed once, its mismatch an error on every rank; bad input.
+// round trip, read back through ready()/get() (also on another thread, and with reductions on two
+// streams); exact int64 beyond 2^53 and doubles; graph capture; the schema agreed once, its
+// mismatch an error on every rank; bad input.
 // Run by tools/gpu-check as test_stats_device_reduce (label gpu). Needs 2 GPUs.
 #include <doctest/doctest.h>
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common.hpp"
@@ -178,6 +181,55 @@ TEST_CASE("ready() does not block and is false while the step runs; get() waits;
     CHECK_FALSE(empty.valid());
     CHECK_THROWS_WITH_AS(static_cast<void>(empty.get()), doctest::Contains("empty handle"), headroom::logic_error);
     CHECK_THROWS_AS(static_cast<void>(empty.ready()), headroom::logic_error);
+  });
+}
+
+TEST_CASE("two streams share the reducer's words in order; a reader thread gets its own result or an error, never a torn one") {
+  nccl::launch_per_device(two_devices(), [](nccl::communicator& c) {
+    auto const plan = hs::reduce_plan::for_report<other_report>();
+    buffers b(plan, 2);
+    auto const s1 = b.stream.view();
+    hc::stream other;
+    auto const s2 = other.view();
+    reducer_t<other_report> reduce(c, b.device.bytes(), b.pinned.bytes(), s1);
+    i64 const r = c.rank() + 1;
+    // A reduction held back on s1, then a store and a reduction on s2: the store waits for the first
+    // reduction to have read the send words (without that wait, the first result is the second's).
+    reduce.store(other_report(10 * r, 0.5 * c.rank()), s1);
+    spin<<<1, 1, 0, s1.get()>>>(200'000'000);
+    HEADROOM_CUDA_CHECK_LAST();
+    auto const first = reduce.max(s1);
+    reduce.store(other_report(7 * r, -1.0 * c.rank()), s2);
+    auto const second = reduce.max(s2);
+    CHECK(first.get() == other_report(20, 0.5));
+    CHECK(second.get() == other_report(14, 0.0));
+
+    // get() on another thread while this one goes on reducing into the same two slots.
+    reduce.store(other_report(3 * r, 1.5), s1);
+    auto const held = reduce.max(s1);
+    other_report const expected(6, 1.5);
+    std::atomic<bool> stop{false};
+    int right = 0, wrong = 0, refused = 0;
+    std::thread reader([&] {
+      while (!stop.load()) {
+        try {
+          (held.get() == expected ? right : wrong) += 1;
+        } catch (headroom::logic_error const&) {
+          ++refused;
+          return;  // overwritten: every later get() refuses too
+        }
+      }
+    });
+    for (int i = 1; i <= 64; ++i) {
+      reduce.store(other_report(100 * i * r, 2.0 * i), s1);
+      static_cast<void>(reduce.max(s1));
+    }
+    b.stream.synchronize();
+    stop.store(true);
+    reader.join();
+    CHECK(wrong == 0);
+    CHECK(refused + right > 0);
+    CHECK_THROWS_AS(static_cast<void>(held.get()), headroom::logic_error);  // 64 reductions later
   });
 }
 

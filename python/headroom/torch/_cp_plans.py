@@ -56,7 +56,7 @@ class _Entry:
     kernels read (``cu``, ``raw_cu``: headroom._cuda's (pointer, entries, bytes per entry))."""
 
     __slots__ = ("host_cu", "args", "partition", "padding", "version", "global_rows", "local_rows", "raw_rows",
-                 "indices", "cu", "raw_cu", "device", "device_index", "device_cu", "streams")
+                 "indices", "index_streams", "cu", "raw_cu", "device", "device_index", "device_cu", "streams")
 
     def __init__(self, host_cu: list, version: int, cp_size: int, cp_rank: int, layout: str, raw=None):
         """raw = (tp, extra, total_multiple): host_cu are raw boundaries, padded here."""
@@ -72,6 +72,7 @@ class _Entry:
         self.local_rows = self.partition.local_rows
         self.raw_rows = self.padding.raw_rows if raw is not None else -1
         self.indices = {}
+        self.index_streams = {}  # CUDA index tensors: the raw streams they were made or recorded on
         self.cu = self.raw_cu = self.device = self.device_cu = None
         self.device_index = -2  # no device bound (CPU tensors report -1)
         self.streams = set()  # raw streams kernels reading device_cu were launched on
@@ -94,6 +95,18 @@ class _Entry:
                 else:
                     t = t.to(device)
             self.indices[key] = t
+            if device.type == "cuda":
+                self.index_streams[key] = {torch.cuda.current_stream(device).cuda_stream}
+        elif device.type == "cuda":
+            # Read on another stream than the one it was made on: recorded there, as the device
+            # boundaries are (_record_on_stream), so dropping the plan cannot hand the memory back
+            # for reuse while a kernel on this stream may still read it.
+            current = torch.cuda.current_stream(device)
+            seen = self.index_streams[key]
+            if current.cuda_stream not in seen:
+                for x in t if isinstance(t, tuple) else (t,):
+                    x.record_stream(current)
+                seen.add(current.cuda_stream)
         return t
 
     def pad_split_index(self, shift: int) -> torch.Tensor:

@@ -64,6 +64,12 @@ HEADROOM_PY_ROWS_OP(to_sequence_order)
 HEADROOM_PY_ROWS_OP(to_rank_order)
 #undef HEADROOM_PY_ROWS_OP
 
+bool capturing(std::uintptr_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  HEADROOM_CUDA_TRY(cudaStreamIsCapturing(reinterpret_cast<cudaStream_t>(stream), &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
 void place(any_partition const& p, device_boundaries cu, device_matrix in, device_matrix out, int elem_bytes,
            std::uintptr_t stream, int rank0, std::int64_t local0, std::int64_t block, bool spread) {
   auto const shape = spread ? cp::cuda::detail::grid_shape::one_tile_per_block : cp::cuda::detail::grid_shape::resident;

@@ -55,4 +55,7 @@ void pad_split(cp::padding const& pd, any_partition const& p, device_boundaries 
 void place(any_partition const& p, device_boundaries cu, device_matrix in, device_matrix out, int elem_bytes,
            std::uintptr_t stream, int rank0, std::int64_t local0, std::int64_t block, bool spread);
 
+/// Whether `stream` is capturing a CUDA graph (cudaStreamIsCapturing).
+bool capturing(std::uintptr_t stream);
+
 }  // namespace headroom::python::cuda_ext

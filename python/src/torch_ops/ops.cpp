@@ -26,6 +26,7 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -131,22 +132,51 @@ class host_boundaries {
   bool i64_ = true;
 };
 
+#ifdef HEADROOM_TORCH_OPS_CUDA
+bool capturing(int device, std::uintptr_t stream) {
+  return device >= 0 && headroom::python::cuda_ext::capturing(stream);
+}
+#else
+bool capturing(int, std::uintptr_t) { return false; }
+#endif
+
 class plan_cache {
  public:
   /// The plan of (cu values, cp_size, cp_rank, layout) for `device` (-1: host only) and the
   /// current `stream` of that device (the one the caller launches on, and the one the device
   /// copy is made on), held by the caller while it launches (the cache may drop it meanwhile).
+  ///
+  /// Under CUDA-graph capture the graph keeps the plan's device boundaries for every replay, so
+  /// a plan used while capturing is pinned: never dropped, its device memory never freed. A
+  /// capture cannot hold the host-to-device copy of a new plan; it takes the same batch's plan
+  /// of another stream of the device (safe to read from the capturing stream: pinned, it is
+  /// never freed), else refuses with the way out.
   std::shared_ptr<cached_plan const> get(Tensor const& cu, std::int64_t cp_size, std::int64_t cp_rank,
                                          std::string const& layout, int device, std::uintptr_t stream, char const* op) {
     host_boundaries const boundaries(cu, op);
     std::lock_guard lock(mutex_);
+    auto const same_batch = [&](cached_plan const& c) {
+      return c.cp_size == cp_size && c.cp_rank == cp_rank && c.device == device && c.layout == layout &&
+             boundaries == c.cu;
+    };
     for (auto it = plans_.begin(); it != plans_.end(); ++it) {
-      auto const& c = **it;
-      if (c.cp_size == cp_size && c.cp_rank == cp_rank && c.device == device && c.stream == stream &&
-          c.layout == layout && boundaries == c.cu) {
+      if (it->plan->stream == stream && same_batch(*it->plan)) {
+        if (!it->pinned && capturing(device, stream)) it->pinned = true;
         if (it != plans_.begin()) plans_.splice(plans_.begin(), plans_, it);
-        return plans_.front();
+        return plans_.front().plan;
       }
+    }
+    if (capturing(device, stream)) {
+      for (auto it = plans_.begin(); it != plans_.end(); ++it) {
+        if (same_batch(*it->plan)) {
+          it->pinned = true;
+          return it->plan;
+        }
+      }
+      throw headroom::logic_error(std::string(op) + ": a batch first seen inside a CUDA graph capture (cp_size " +
+                                  std::to_string(cp_size) + ", cp_rank " + std::to_string(cp_rank) +
+                                  "): its device boundaries need a host-to-device copy, which a capture cannot hold; "
+                                  "call the op once with these cu_seqlens on this device before capturing");
     }
     // The partition checks the values; here only that they fit its ints.
     headroom::expects(cp_size == static_cast<int>(cp_size) && cp_rank == static_cast<int>(cp_rank), op, ": cp_size = ",
@@ -162,16 +192,29 @@ class plan_cache {
       device_cu = torch::stable::to(host, torch::stable::Device(torch::headeronly::DeviceType::CUDA,
                                                                  static_cast<torch::stable::DeviceIndex>(device)));
     }
-    plans_.push_front(std::make_shared<cached_plan const>(
-        cached_plan{cp_size, cp_rank, layout, device, stream, std::move(values), std::move(partition), device_cu}));
-    if (plans_.size() > capacity) plans_.pop_back();
-    return plans_.front();
+    plans_.push_front({std::make_shared<cached_plan const>(cached_plan{cp_size, cp_rank, layout, device, stream,
+                                                                       std::move(values), std::move(partition),
+                                                                       device_cu}),
+                       false});
+    if (plans_.size() > capacity) {  // the least recently used plan no graph holds
+      for (auto it = std::prev(plans_.end()); it != plans_.begin(); --it) {  // never the new one, at the front
+        if (!it->pinned) {
+          plans_.erase(it);
+          break;
+        }
+      }
+    }
+    return plans_.front().plan;
   }
 
  private:
+  struct slot {
+    std::shared_ptr<cached_plan const> plan;
+    bool pinned;  // used under capture: a graph reads its device boundaries at every replay
+  };
   static constexpr std::size_t capacity = 16;
   std::mutex mutex_;
-  std::list<std::shared_ptr<cached_plan const>> plans_;
+  std::list<slot> plans_;
 };
 
 plan_cache& plans() {

@@ -147,3 +147,46 @@ def test_cuda_plan_dropped_while_a_side_stream_kernel_reads_it():
     junk = [torch.full((cu.numel(),), 1 << 40, dtype=torch.int64, device="cuda") for _ in range(256)]
     torch.cuda.synchronize()
     assert len(junk) == 256 and torch.equal(got.cpu(), expected)
+
+
+def _evict_plans(xd):
+    """28 other plans on the current stream: more than the ops' cache keeps (16)."""
+    for first in range(4, 32, 4):
+        for r in (0, 1):
+            for lay in ("dual_chunk", "contiguous"):
+                ops.cp_split(xd, torch.tensor([0, first, 32], dtype=torch.int64), 2, r, lay)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_cuda_graph_keeps_its_plan_through_evictions():
+    # Captured on torch.cuda.graph's own stream, the op takes the batch's plan made on the default
+    # stream (a capture cannot copy boundaries to the device) and pins it: 28 newer plans and junk
+    # in fresh int64 blocks later, each replay still reads the boundaries it was captured with.
+    cu = torch.tensor([0, 8, 24, 32], dtype=torch.int64)
+    x = torch.randn(32, 64, generator=torch.Generator().manual_seed(6))
+    xd = x.cuda()
+    ops.cp_split(xd, cu, 2, 1, "dual_chunk")  # the plan, on the default stream
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        got = ops.cp_split(xd, cu, 2, 1, "dual_chunk")
+    _evict_plans(xd)
+    junk = [torch.full((cu.numel(),), 1 << 40, dtype=torch.int64, device="cuda") for _ in range(256)]
+    for seed in (7, 8):
+        x2 = torch.randn(32, 64, generator=torch.Generator().manual_seed(seed))
+        xd.copy_(x2)
+        g.replay()
+        torch.cuda.synchronize()
+        assert len(junk) == 256 and torch.equal(got.cpu(), ops.cp_split(x2, cu, 2, 1, "dual_chunk")), seed
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_cuda_graph_refuses_a_batch_it_first_sees_while_capturing():
+    xd = torch.randn(40, 8, device="cuda")
+    cu = torch.tensor([0, 12, 40], dtype=torch.int64)  # no plan on this device yet
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError, match="first seen inside a CUDA graph capture"):
+        with torch.cuda.graph(g):
+            ops.cp_split(xd, cu, 2, 0, "dual_chunk")
+    ops.cp_split(xd, cu, 2, 0, "dual_chunk")  # the stream left capture; the op runs eagerly

@@ -155,8 +155,10 @@ template <class Source>
     int device;
     std::int64_t blocks;
   };
-  static std::mutex m;
-  static std::vector<entry> cache;
+  // Never destroyed (leaked on purpose): a thread still launching while the process exits, as
+  // an op called by a framework's worker thread can be, must not find the cache torn down.
+  static std::mutex& m = *new std::mutex;
+  static std::vector<entry>& cache = *new std::vector<entry>;
   std::lock_guard lock(m);
   for (auto const& e : cache)
     if (e.kernel == kernel && e.device == device) return e.blocks;
@@ -342,8 +344,9 @@ void place_rank_major(partition<L> const& p, device_cu<I> cu, matrix_view<T cons
   char const* op = "cp::cuda::place_rank_major";
   detail::expect_device_cu(cu, p.sequences(), op, "cu_seqlens");
   cp::detail::expect_shape(sequence, p.global_rows(), from.width, op, "sequence-order output");
-  expects(block >= 0 && local0 >= 0 && local0 + block <= p.local_rows(), op, ": local rows [", local0, ", ",
-          local0 + block, "), expected a range within this partition's ", p.local_rows(), " local rows");
+  expects(block >= 0 && local0 >= 0 && local0 <= p.local_rows() && block <= p.local_rows() - local0, op,
+          ": local rows from ", local0, ", ", block, " of them, expected a range within this partition's ",
+          p.local_rows(), " local rows");
   std::int64_t const ranks = block == 0 ? 0 : from.rows / block;
   expects(ranks * block == from.rows && rank0 >= 0 && rank0 + ranks <= p.cp_size(), op, ": ", from.rows,
           " input rows from rank ", rank0, " in blocks of ", block, " rows, expected whole blocks of ranks below cp_size ",
@@ -386,8 +389,9 @@ void pad_split(padding const& pd, partition<L> const& p, device_cu<I> raw_cu, de
   cp::detail::expect_shape(local, p.local_rows(), raw.width, op, "local output");
   cp::detail::expect_disjoint(raw, local, op);
   auto const plan = plan_copy<V>(raw.row_bytes(), {{"raw input", raw.data}, {"local output", local.data}}, op);
+  // A shift of raw_rows or more pads every row; clamped there, the kernel's offsets cannot overflow.
   detail::pad_split_source<L, I, J> src{padded_cu.data, raw_cu.data, p.sequences(), pd.raw_sequences(),
-                                        p.global_rows(), p.cp_size(), p.cp_rank(), shift};
+                                        p.global_rows(), p.cp_size(), p.cp_rank(), std::min(shift, pd.raw_rows())};
   detail::launch_copy_rows(src, raw.data, local.data, p.local_rows(), plan, detail::fill_of(pad_value), s, op);
 }
 

@@ -29,13 +29,20 @@
 //
 // Slots: the pinned buffer holds `slots` results (pinned_bytes(plan, slots)); max() takes them in
 // turn, so a handle's result stays readable until `slots` later reductions were enqueued. get()
-// on an older handle throws logic_error instead of returning a newer (or torn) result. A
-// reduction captured in a graph owns its slot (see max()).
+// on an older handle throws logic_error instead of returning a newer (or torn) result, also when
+// a newer reduction lands in its slot while get() reads it on another thread (a generation
+// counter read before and after). A reduction captured in a graph owns its slot (see max()).
+//
+// Streams: max(), store() and reset() may be called on different streams; the send and receive
+// words are shared, so a call on another stream than the last reduction's waits for that
+// reduction's copy on the device first (eager calls; a capture cannot wait on uncaptured work).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
@@ -137,7 +144,8 @@ class device_reducer {
     }
     events_.reserve(static_cast<std::size_t>(slots_));
     for (int i = 0; i < slots_; ++i) events_.emplace_back(headroom::cuda::event_options{.timing = false});
-    generation_.assign(static_cast<std::size_t>(slots_), 0);
+    generation_ = std::make_unique<std::atomic<std::uint64_t>[]>(static_cast<std::size_t>(slots_));
+    for (int i = 0; i < slots_; ++i) generation_[static_cast<std::size_t>(i)].store(0);
     captured_.assign(static_cast<std::size_t>(slots_), false);
     last_stream_.assign(static_cast<std::size_t>(slots_), headroom::cuda::stream_view{});
     host_keys_.resize(plan_.max_words());
@@ -173,12 +181,14 @@ class device_reducer {
             A::size(values), " keys ", stats::detail::preview_keys(values), ", the agreed schema has ", size_, " keys ",
             stats::detail::preview_keys(schema_), "; store the report type the reducer was built with");
     stats::detail::pack_max(values, -1, Nan::propagates, std::span<std::int64_t>(host_keys_));
+    after_last_reduction(s);
     upload(s);
   }
   /// Every key back to "no value": int64 max fields decode to INT64_MIN, min fields to
   /// INT64_MAX, doubles to NaN, so any rank's value wins the next reduction. Stream-ordered.
   void reset(headroom::cuda::stream_view s) {
     std::fill(host_keys_.begin(), host_keys_.end(), stats::detail::key_min);
+    after_last_reduction(s);
     upload(s);
   }
 
@@ -195,8 +205,10 @@ class device_reducer {
     if (size_ == 0) return pending_type(this, -1, 0);
     auto const [k, capturing] = take_slot(s);
     auto const ku = static_cast<std::size_t>(k);
-    // A slot last written from another stream: order this copy after that one (device-side).
-    if (!capturing && last_stream_[ku] != s && generation_[ku] != 0) events_[ku].wait_on(s);
+    // A slot last written from another stream: order this copy after that one (device-side);
+    // and the shared send / receive words after the last reduction, whichever slot it used.
+    if (!capturing && last_stream_[ku] != s && generation_[ku].load() != 0) events_[ku].wait_on(s);
+    if (!capturing) after_last_reduction(s);
     std::int64_t* const in = send() + reduce_plan::max_header_words;
     std::int64_t* const out = recv() + reduce_plan::max_header_words;
     std::int64_t const* result = in;
@@ -204,6 +216,9 @@ class device_reducer {
       comm_->all_reduce(std::span<std::int64_t const>(in, size_), std::span<std::int64_t>(out, size_), reduce_op::max, s);
       result = out;
     }
+    // The generation moves before the copy is enqueued: a get() of the slot's previous result that
+    // reads the slot while this copy lands sees the change when it looks again.
+    std::uint64_t const generation = generation_[ku].fetch_add(1) + 1;
     HEADROOM_CUDA_TRY(cudaMemcpyAsync(slot(k) + reduce_plan::max_header_words, result, size_ * sizeof(std::int64_t),
                                       cudaMemcpyDeviceToHost, s.get()));
     // Under capture a plain record is only a fork/join marker inside the graph; an external
@@ -211,7 +226,8 @@ class device_reducer {
     HEADROOM_CUDA_TRY(cudaEventRecordWithFlags(events_[ku].get(), s.get(),
                                                capturing ? cudaEventRecordExternal : cudaEventRecordDefault));
     last_stream_[ku] = s;
-    return pending_type(this, k, ++generation_[ku]);
+    last_slot_ = k;
+    return pending_type(this, k, generation);
   }
 
  private:
@@ -224,6 +240,14 @@ class device_reducer {
   [[nodiscard]] std::int64_t* recv() const noexcept { return send() + plan_.max_words(); }
   [[nodiscard]] std::int64_t* slot(int k) const noexcept {
     return reinterpret_cast<std::int64_t*>(pinned_.data()) + static_cast<std::size_t>(k) * plan_.max_words();
+  }
+
+  // The last eager reduction (any slot) ran on another stream than `s`: `s` waits for its copy,
+  // after which its all-reduce no longer reads the send words nor the copy the receive words.
+  void after_last_reduction(headroom::cuda::stream_view s) {
+    if (last_slot_ < 0) return;
+    auto const lu = static_cast<std::size_t>(last_slot_);
+    if (last_stream_[lu] != s && !captured_[lu]) events_[lu].wait_on(s);
   }
 
   void upload(headroom::cuda::stream_view s) {
@@ -259,12 +283,18 @@ class device_reducer {
   [[nodiscard]] R result(int k, std::uint64_t generation) const {
     if (k < 0) return schema_;
     auto const ku = static_cast<std::size_t>(k);
-    expects<logic_error>(generation == generation_[ku], "stats::cuda::pending_max::get: the result of reduction ",
-                         generation, " in slot ", k, " was overwritten by reduction ", generation_[ku], "; with ", slots_,
-                         " pinned slots, read a result before ", slots_,
-                         " more max() calls, or size the pinned buffer for more slots");
+    auto const overwritten = [&](std::uint64_t now) {
+      return logic_error(headroom::detail::concat(
+          "stats::cuda::pending_max::get: the result of reduction ", generation, " in slot ", k,
+          " was overwritten by reduction ", now, "; with ", slots_, " pinned slots, read a result before ", slots_,
+          " more max() calls, or size the pinned buffer for more slots"));
+    };
+    if (std::uint64_t const now = generation_[ku].load(); now != generation) throw overwritten(now);
     events_[ku].synchronize();
-    return stats::detail::unpack_max(schema_, std::span<std::int64_t const>(slot(k), plan_.max_words()));
+    R out = stats::detail::unpack_max(schema_, std::span<std::int64_t const>(slot(k), plan_.max_words()));
+    // A newer reduction into this slot (another thread's max()) may have landed while we read.
+    if (std::uint64_t const now = generation_[ku].load(); now != generation) throw overwritten(now);
+    return out;
   }
 
   C* comm_;
@@ -276,9 +306,10 @@ class device_reducer {
   int slots_ = 0;
   int next_slot_ = 0;
   std::vector<headroom::cuda::event> events_;
-  std::vector<std::uint64_t> generation_;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> generation_;  // per slot; read by get() on any thread
   std::vector<bool> captured_;  // slots owned by a captured reduction
   std::vector<headroom::cuda::stream_view> last_stream_;
+  int last_slot_ = -1;  // the last eager or captured reduction's slot
   std::vector<std::int64_t> host_keys_;  // store()'s packed words (header unused)
 };
 
