@@ -97,16 +97,8 @@ class _Entry:
             self.indices[key] = t
             if device.type == "cuda":
                 self.index_streams[key] = {torch.cuda.current_stream(device).cuda_stream}
-        elif device.type == "cuda":
-            # Read on another stream than the one it was made on: recorded there, as the device
-            # boundaries are (_record_on_stream), so dropping the plan cannot hand the memory back
-            # for reuse while a kernel on this stream may still read it.
-            current = torch.cuda.current_stream(device)
-            seen = self.index_streams[key]
-            if current.cuda_stream not in seen:
-                for x in t if isinstance(t, tuple) else (t,):
-                    x.record_stream(current)
-                seen.add(current.cuda_stream)
+        elif device.type == "cuda":  # read on another stream than its own: recorded there too
+            _record_on_stream(t if isinstance(t, tuple) else (t,), self.index_streams[key], device)
         return t
 
     def pad_split_index(self, shift: int) -> torch.Tensor:
@@ -219,7 +211,7 @@ def _launch_args(entry: _Entry, x: torch.Tensor, rows: int, out: torch.Tensor, o
         entry.bind(x.device)
     stream = _raw_stream(device)
     if stream not in entry.streams:
-        _record_on_stream(entry, device)
+        _record_on_stream(entry.device_cu, entry.streams, device)
     width = elements // rows if rows else _width(x)
     return x.data_ptr(), rows, out.data_ptr(), out_rows, width, x.element_size(), stream
 
@@ -235,12 +227,15 @@ def _on_device(x: torch.Tensor):
     return _CURRENT if device == _current_device() else torch.cuda.device(device)
 
 
-def _record_on_stream(entry: _Entry, device: int) -> None:
-    """The kernels read the device boundaries on a stream other than the one they were allocated
-    on: without record_stream, dropping the plan would hand their memory back to the caching
-    allocator for reuse on the allocation stream while a kernel on this one may still read it."""
+def _record_on_stream(tensors, streams: set, device) -> None:
+    """Kernels on the current stream of `device` read `tensors` (device boundaries, index plans),
+    which were allocated on another: without record_stream, dropping the plan would hand their
+    memory back to the caching allocator for reuse on the allocation stream while a kernel on this
+    one may still read it. `streams`: the raw streams already recorded, this one added."""
     current = torch.cuda.current_stream(device)
-    for t in entry.device_cu:
+    if current.cuda_stream in streams:
+        return
+    for t in tensors:
         if t is not None:
             t.record_stream(current)
-    entry.streams.add(current.cuda_stream)
+    streams.add(current.cuda_stream)
