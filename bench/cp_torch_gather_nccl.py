@@ -23,6 +23,9 @@ against a bare dist.all_gather_into_tensor of the same bytes, and the gather of 
 bf16 and fp32 at --width, bf16 at each of --extra-widths (151936, the logits). "agreement": the
 extra time of a partition's first gather, whose ranks agree first (one all_gather of 9 int64 per
 rank and a copy back to the host), over a later one.
+Where the device time goes (--profile-calls, each case): torch.profiler's kernel records of
+cp.gather (auto, pipelined), the bare all-gather and the per-token pair: the span of a call's
+kernels, the NCCL kernel's own time, and the kernel time before it starts and after it ends.
 Where the per-token gather's time goes (first case only): the host time of a call without waiting
 (`cp.gather` and the bare all-gather, --host-calls back to back, the device never waited on), and
 rank 0's cProfile of the same calls: the Python functions and builtins by own time per call.
@@ -122,6 +125,53 @@ def host_cost(fn, calls, profile: bool):
     return host_us, rows
 
 
+def device_breakdown(fn, calls: int, device):
+    """Where a call's device time goes, from torch.profiler's kernel records (CUPTI): calls of fn(),
+    each followed by a synchronisation and a 1 ms pause, so a call's kernels form one group on the
+    timeline. Per call: `span` first kernel start to last kernel end; `collective` the NCCL kernel;
+    `before` first kernel start to the NCCL kernel's start; `after` the NCCL kernel's end to the
+    last kernel's end (work exposed behind the collective); `kernels` launches. Medians, µs; None
+    on the CPU."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    if device.type != "cuda":
+        return None
+    fn()
+    sync(device)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+            sync(device)
+            time.sleep(1e-3)
+    kernels = sorted((e.time_range.start, e.time_range.end, e.name) for e in prof.events()
+                     if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.end > e.time_range.start
+                     and "Memcpy" not in e.name and "Memset" not in e.name)
+    return timeline_of(kernels)
+
+
+def timeline_of(kernels, gap_us: float = 200):
+    """device_breakdown's arithmetic on (start µs, end µs, name) kernel records sorted by start:
+    groups split where the device was idle gap_us or more; groups without exactly one NCCL kernel
+    are left out; medians per field, or None when no group is left."""
+    groups, end = [], None
+    for k in kernels:
+        if end is None or k[0] > end + gap_us:
+            groups.append([])
+        groups[-1].append(k)
+        end = k[1] if end is None else max(end, k[1])
+    rows = {"span": [], "collective": [], "before": [], "after": [], "kernels": []}
+    for g in groups:
+        nccl = [k for k in g if k[2].startswith("nccl")]
+        if len(nccl) != 1:
+            continue
+        first, last, (c0, c1, _) = min(k[0] for k in g), max(k[1] for k in g), nccl[0]
+        for key, v in (("span", last - first), ("collective", c1 - c0), ("before", c0 - first),
+                       ("after", last - c1), ("kernels", len(g))):
+            rows[key].append(v)
+    return {k: statistics.median(v) for k, v in rows.items()} if rows["span"] else None
+
+
 def timed(fn, args, device):
     """Median milliseconds of fn() over args.iterations after args.warmup: CUDA events on the
     current stream, else the host clock."""
@@ -212,6 +262,15 @@ def checks_and_times(rank, world, args, device):
         bare_ms = timed(lambda: dist.all_gather_into_tensor(out, local), args, device)
         vec_ms = timed(lambda: cp.gather(vec, part), args, device)
         vec_bare_ms = timed(lambda: dist.all_gather_into_tensor(vec_out, vec), args, device)
+        timeline = {}
+        if args.profile_calls > 0:  # where the device time goes (torch.profiler's kernel records)
+            for name, fn in (("auto", lambda: cp.gather(local, part)),
+                             ("pipelined", lambda: cp.gather(local, part, method="pipelined")),
+                             ("all_gather", lambda: dist.all_gather_into_tensor(out, local)),
+                             ("per-token cp.gather", lambda: cp.gather(vec, part)),
+                             ("per-token all_gather", lambda: dist.all_gather_into_tensor(vec_out, vec))):
+                dist.barrier()
+                timeline[name] = device_breakdown(fn, args.profile_calls, device)
         host = {}
         if not rows and args.host_calls > 0:  # the first case: where the per-token gather's time goes
             for name, fn in (("cp.gather", lambda: cp.gather(vec, part)),
@@ -229,7 +288,8 @@ def checks_and_times(rank, world, args, device):
                      "per_token_gather_ms": vec_ms, "per_token_all_gather_ms": vec_bare_ms,
                      "per_token_ratio": vec_ms / vec_bare_ms,
                      "per_token_host_us": {k: v[0] for k, v in host.items()},
-                     "per_token_profile": {k: v[1] for k, v in host.items()}})
+                     "per_token_profile": {k: v[1] for k, v in host.items()},
+                     "device_timeline_us": timeline})
         del local, out
     return checks, rows
 
@@ -315,6 +375,8 @@ def main() -> int:
     ap.add_argument("--timeout", type=int, default=120, help="seconds for a collective before it fails")
     ap.add_argument("--host-calls", type=int, default=1000,
                     help="calls of the per-token host-cost measurement and its cProfile (0: none)")
+    ap.add_argument("--profile-calls", type=int, default=20,
+                    help="calls per method under torch.profiler for the device timeline (0: none)")
     args = ap.parse_args()
     if args.iterations < 1 or args.warmup < 0 or args.world < 2:
         ap.error("--iterations >= 1, --warmup >= 0, --world >= 2")
@@ -359,6 +421,17 @@ def main() -> int:
                   f" | {row['agreement_ms']:8.3f}ms" + (f"  ({', '.join(late)})" if late else ""))
         print(f"ratio = cp.gather (method auto) / bare all_gather_into_tensor; targets <= {TARGET}x, per-token <= "
               f"{PER_TOKEN_TARGET}x; agreement = a partition's first gather over a later one")
+        if any(t for row in r0["rows"] for t in (row.get("device_timeline_us") or {}).values()):
+            print(f"\nwhere the device time goes, rank 0, median of {args.profile_calls} calls under torch.profiler, µs: "
+                  "span = first kernel start to last kernel end; before / after = kernels' time before the NCCL "
+                  "kernel starts / after it ends")
+            print(f"{'dtype':5s} {'tokens':>7s} {'width':>6s} {'what':22s} {'span':>9s} {'collective':>10s} "
+                  f"{'before':>8s} {'after':>8s} {'kernels':>7s}")
+            for row in r0["rows"]:
+                for name, t in (row.get("device_timeline_us") or {}).items():
+                    if t:
+                        print(f"{row['dtype']:5s} {row['tokens']:7d} {row['width']:6d} {name:22s} {t['span']:9.1f} "
+                              f"{t['collective']:10.1f} {t['before']:8.1f} {t['after']:8.1f} {t['kernels']:7.0f}")
         first = r0["rows"][0]
         if first.get("per_token_host_us"):
             print(f"\nper-token vectors, {first['dtype']} case: host us a call, {args.host_calls} calls back to back: "

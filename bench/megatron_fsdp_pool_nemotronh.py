@@ -1,6 +1,10 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 # headroom: needs 2 GPUs
+# headroom: stress lanes (tools/gpu-stress --lanes: each stress run below meets its peer on a free port of its own)
+# headroom: stress as interval: --child interval --config h1024 --steps 4 --port {port} --result {dir}/r.json --traces {dir}
+# headroom: stress as max: --child max --config h1024 --steps 4 --port {port} --result {dir}/r.json --traces {dir}
+# headroom: stress as by_bytes: --child by_bytes --config h1024 --steps 4 --port {port} --result {dir}/r.json --traces {dir}
 """Megatron-FSDP's MaxPool against headroom's planners on transformers' NemotronH.
 
 The model nobody in this project wrote: ``NemotronHForCausalLM`` built from a config with

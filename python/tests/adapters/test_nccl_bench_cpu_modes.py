@@ -41,6 +41,29 @@ def test_cp_gather_bench_on_gloo(tmp_path):
     assert all(v > 0 for v in first["per_token_host_us"].values())
     assert any("all_gather" in row[0] for row in first["per_token_profile"]["cp.gather"])
     assert "rank 0 cProfile of cp.gather" in out.stdout
+    # the device timeline is CUDA's (torch.profiler's kernel records): on the CPU, named and empty
+    assert first["device_timeline_us"] == dict.fromkeys(
+        ("auto", "pipelined", "all_gather", "per-token cp.gather", "per-token all_gather"))
+
+
+def test_cp_gather_bench_timeline_arithmetic():
+    """The grouping the GPU run's device timeline rests on: calls split at idle gaps, the NCCL kernel
+    found in each, the kernel time before and after it; a group without one NCCL kernel left out."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        from cp_torch_gather_nccl import timeline_of
+    finally:
+        sys.path.remove(str(BENCH))
+    calls = [[(0, 10, "place"), (5, 105, "ncclDevKernel_AllGather"), (106, 140, "place")],
+             [(1000, 12, "place"), (1004, 1100, "ncclDevKernel_AllGather"), (1101, 1131, "place")],
+             [(2000, 2010, "place"), (2002, 2104, "ncclDevKernel_AllGather"), (2105, 2145, "place")],
+             [(3000, 3050, "copy_only")]]  # no collective: not a call of the gather
+    calls[1][0] = (1000, 1012, "place")
+    t = timeline_of([k for c in calls for k in c])
+    assert t == {"span": 140, "collective": 100, "before": 4, "after": 35, "kernels": 3}
+    assert timeline_of([(0, 10, "place")]) is None
+    # kernels closer than the gap are one call: two NCCL kernels in one group, left out
+    assert timeline_of([(0, 100, "ncclA"), (150, 250, "ncclB")]) is None
 
 
 def test_stats_bench_checks_on_gloo(tmp_path):

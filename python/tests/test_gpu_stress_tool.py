@@ -1,0 +1,67 @@
+# SPDX-License-Identifier: Apache-2.0
+"""tools/gpu-stress's logic on the CPU: which targets it finds (a bench's `stress as` lines replace
+its whole run), which may run in lanes, how a run is judged, and a run's placeholders ({port}: a
+free port, {dir}: a scratch folder of the run's own, gone with a passing run)."""
+import importlib.util
+import sys
+import types
+from importlib.machinery import SourceFileLoader
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def tool():
+    loader = SourceFileLoader("gpu_stress", str(ROOT / "tools/gpu-stress"))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader("gpu_stress", loader))
+    loader.exec_module(module)
+    return module
+
+
+def test_variants_replace_the_whole_run():
+    m = tool()
+    found = dict(m.targets(control=True))
+    nemotronh = "bench/megatron_fsdp_pool_nemotronh.py"
+    assert nemotronh not in found  # its whole run (12 process groups) is not a stress target
+    for planner in ("interval", "max", "by_bytes"):
+        cmd = found[f"{nemotronh}:{planner}"]
+        assert cmd[1:4] == [nemotronh, "--child", planner] and "{port}" in cmd and "{dir}/r.json" in cmd
+        assert m.lanes_for(f"{nemotronh}:{planner}", 3) == 3  # the file opts in
+    assert "bench/cp_torch_gather_nccl.py" in found and m.lanes_for("bench/cp_torch_gather_nccl.py", 3) == 3
+    assert m.lanes_for("bench/stats_reduce_torch.py", 4) == 1  # latency-bound: one at a time
+    assert found["tools/gpu-stress-control.py"][-1].endswith("gpu-stress-control.py")
+
+
+def test_verdicts():
+    m = tool()
+    assert m.classify(0, "", False) == "pass"
+    assert m.classify(77, "skipped: no GPU", False) == "skip"
+    assert m.classify(1, "FAIL", False) == "fail"
+    assert m.classify(-11, "", False) == "crash"
+    assert m.classify(1, "process 1 terminated with signal SIGSEGV", False) == "crash"
+    assert m.classify(0, "Fatal Python error: Segmentation fault", False) == "crash"
+    assert m.classify(0, "", True) == "hang"
+
+
+def test_placeholders_per_run(tmp_path):
+    m = tool()
+    args = types.SimpleNamespace(timeout=60, lanes=1, deadline=0, started=0)
+    code = ("import sys, pathlib; port, d = int(sys.argv[1]), pathlib.Path(sys.argv[2]); "
+            "assert 1024 <= port < 65536 and d.is_dir(), (port, d); (d / 'x').write_text('y'); "
+            "sys.exit(int(sys.argv[3]))")
+    cores = tmp_path / "cores"
+    cores.mkdir()
+    verdict, note = m.run_once("t:ok", [sys.executable, "-c", code, "{port}", "{dir}", "0"], 0, args, tmp_path, cores)
+    assert (verdict, note) == ("pass", "")
+    assert not (tmp_path / "t_ok" / "run-0").exists()  # a passing run keeps nothing
+    verdict, note = m.run_once("t:bad", [sys.executable, "-c", code, "{port}", "{dir}", "3"], 1, args, tmp_path, cores)
+    assert verdict == "fail" and note.startswith("exit 3")
+    kept = tmp_path / "t_bad" / "run-1"
+    assert (kept / "scratch" / "x").read_text() == "y" and (kept / "notes.txt").exists()
+
+
+def test_deadline_leaves_runs_unrun(tmp_path):
+    m = tool()
+    args = types.SimpleNamespace(timeout=60, lanes=1, deadline=5, started=0)  # began long ago
+    assert m.run_once("t", [sys.executable, "-c", "raise SystemExit(1)"], 0, args, tmp_path, tmp_path) == ("unrun", "")
+    assert not (tmp_path / "t").exists()
