@@ -36,6 +36,8 @@ def test_verdicts():
     m = tool()
     assert m.classify(0, "", False) == "pass"
     assert m.classify(77, "skipped: no GPU", False) == "skip"
+    assert m.classify(0, "SKIP megatron_fsdp is not importable\n", False) == "skip"  # exits 0 (megatron benches)
+    assert m.classify(0, "log line\nskipped: needs 2 GPUs\n", False) == "skip"
     assert m.classify(1, "FAIL", False) == "fail"
     assert m.classify(-11, "", False) == "crash"
     assert m.classify(1, "process 1 terminated with signal SIGSEGV", False) == "crash"

@@ -2,8 +2,8 @@
 #pragma once
 // The captured pipeline step of the NCCL capture tests, one rank's part: `nccl_capture.cu` runs it
 // on 2 GPUs from one process (a thread per GPU), `mpi_nccl_capture.cu` one process per GPU (the
-// layout of a real job, and the one compute-sanitizer can judge: under memcheck the one-process test
-// does not finish, BENCHMARKS.md run T).
+// layout of a real job, and the one for compute-sanitizer to judge: under memcheck the one-process
+// test does not finish, BENCHMARKS.md run T).
 #include <doctest/doctest.h>
 
 #include <cstring>

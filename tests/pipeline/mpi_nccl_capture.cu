@@ -4,13 +4,17 @@
 // nccl_capture.cu's step in the layout of a real job, one process per GPU, NCCL bootstrapped over
 // MPI: a planned step captured in a CUDA graph with its NCCL send / recv inside replays bit-equal to
 // the eager step on every rank, with no device allocation after set-up, for 1F1B, ZB-H1,
-// interleaved 1F1B and ZBV. The layout compute-sanitizer can judge (the one-process test does not
+// interleaved 1F1B and ZBV. The layout for compute-sanitizer to judge (the one-process test does not
 // finish under memcheck). Each rank counts its own mismatches; the counts are summed over MPI so
-// that every rank reports the same verdict.
+// that every rank reports the same verdict; a rank whose step throws aborts the job.
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <exception>
 #include <span>
+
+#include <mpi.h>
 
 #include "capture_replay.cuh"
 #include "common/mpi_gpu.hpp"
@@ -34,7 +38,15 @@ template <class G>
 void capture_and_replay(hp::pipeline_shape const& shape) {
   CAPTURE(shape);
   CAPTURE(hp::make_schedule<G>(shape).name());
-  std::int32_t const mine[1] = {capture_and_replay_rank<G>(headroom_test::mpi_world_nccl(), shape)};
+  std::int32_t mine[1] = {0};
+  try {
+    mine[0] = capture_and_replay_rank<G>(headroom_test::mpi_world_nccl(), shape);
+  } catch (std::exception const& e) {
+    // The peer is inside the step's NCCL calls, waiting for this rank: end the job rather than
+    // leave it there until ctest's limit.
+    std::fprintf(stderr, "rank %d: %s\n", headroom_test::mpi_world().rank(), e.what());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
   std::int32_t all[1] = {0};
   headroom_test::mpi_world().all_reduce(std::span<std::int32_t const>(mine), std::span<std::int32_t>(all),
                                         headroom::reduce_op::sum);
