@@ -7,8 +7,17 @@
 //
 // The GPU is the rank's index on its node; every rank learns whether all ranks have one, so a
 // missing GPU fails every rank with the same message instead of leaving one waiting.
+//
+// A rank whose NCCL step throws leaves its peer inside NCCL, waiting for transfers that will not
+// come: `or_abort_job` runs such a step and, on an exception, prints it with the rank and ends
+// the whole job (MPI_Abort), so the verdict comes at once instead of at ctest's time limit.
 #include <cstdint>
+#include <cstdio>
+#include <exception>
 #include <span>
+#include <utility>
+
+#include <mpi.h>
 
 #include "headroom/cuda/device.hpp"
 #include "headroom/mpi/communicator.hpp"
@@ -38,6 +47,20 @@ inline int mpi_rank_device() {
 inline headroom::nccl::communicator& mpi_world_nccl() {
   static headroom::nccl::communicator c = headroom::mpi::make_nccl_communicator(mpi_world(), mpi_rank_device());
   return c;
+}
+
+/// f(), or on an exception the message on stderr (with this rank) and MPI_Abort of the job.
+template <class F>
+decltype(auto) or_abort_job(F&& f) {
+  try {
+    return std::forward<F>(f)();
+  } catch (std::exception const& e) {
+    std::fprintf(stderr, "rank %d: %s (ending the job: the other ranks wait in NCCL for this one)\n",
+                 mpi_world().rank(), e.what());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    throw;  // MPI_Abort does not return
+  }
 }
 
 }  // namespace headroom_test

@@ -10,11 +10,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
-#include <cstdio>
-#include <exception>
 #include <span>
-
-#include <mpi.h>
 
 #include "capture_replay.cuh"
 #include "common/mpi_gpu.hpp"
@@ -38,15 +34,8 @@ template <class G>
 void capture_and_replay(hp::pipeline_shape const& shape) {
   CAPTURE(shape);
   CAPTURE(hp::make_schedule<G>(shape).name());
-  std::int32_t mine[1] = {0};
-  try {
-    mine[0] = capture_and_replay_rank<G>(headroom_test::mpi_world_nccl(), shape);
-  } catch (std::exception const& e) {
-    // The peer is inside the step's NCCL calls, waiting for this rank: end the job rather than
-    // leave it there until ctest's limit.
-    std::fprintf(stderr, "rank %d: %s\n", headroom_test::mpi_world().rank(), e.what());
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
+  std::int32_t const mine[1] = {
+      headroom_test::or_abort_job([&] { return capture_and_replay_rank<G>(headroom_test::mpi_world_nccl(), shape); })};
   std::int32_t all[1] = {0};
   headroom_test::mpi_world().all_reduce(std::span<std::int32_t const>(mine), std::span<std::int32_t>(all),
                                         headroom::reduce_op::sum);
