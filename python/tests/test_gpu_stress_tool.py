@@ -67,3 +67,36 @@ def test_deadline_leaves_runs_unrun(tmp_path):
     args = types.SimpleNamespace(timeout=60, lanes=1, deadline=5, started=0)  # began long ago
     assert m.run_once("t", [sys.executable, "-c", "raise SystemExit(1)"], 0, args, tmp_path, tmp_path) == ("unrun", "")
     assert not (tmp_path / "t").exists()
+
+
+def test_ports_are_outside_the_ephemeral_range_and_one_run_each():
+    # A port from bind(0) may be taken by another lane's outgoing connection before the run
+    # listens on it (EADDRINUSE in init_process_group, 2x H200, 2026-11-29).
+    m = tool()
+    lo, hi = m.ephemeral_ports()
+    assert 0 < lo <= hi
+    held = [m.free_port() for _ in range(16)]
+    try:
+        assert len(set(held)) == len(held)  # no two live runs share one
+        assert all(1024 <= p < lo for p in held), (held, lo)
+        assert held == sorted(held) or held[0] > held[-1]  # the cursor moves on (wrapping at most once)
+    finally:
+        for p in held:
+            m.release_port(p)
+    assert not m.PORTS_HELD
+    again = m.free_port()
+    m.release_port(again)
+    assert again not in held[:8]  # a released port is not handed out again at once (TIME_WAIT)
+
+
+def test_a_run_releases_its_port(tmp_path):
+    m = tool()
+    args = types.SimpleNamespace(timeout=60, lanes=1, deadline=0, started=0)
+    cores = tmp_path / "cores"
+    cores.mkdir()
+    code = "import sys; sys.exit(0)"
+    assert m.run_once("t:p", [sys.executable, "-c", code, "{port}"], 0, args, tmp_path, cores) == ("pass", "")
+    assert not m.PORTS_HELD
+    code = "import sys; sys.exit(5)"
+    assert m.run_once("t:q", [sys.executable, "-c", code, "{port}"], 1, args, tmp_path, cores)[0] == "fail"
+    assert not m.PORTS_HELD
