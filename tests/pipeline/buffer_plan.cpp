@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// headroom: optimised under sanitizers (a property grid: its runtime, not its compile time, is the cost)
 #include <doctest/doctest.h>
 
 // plan_buffers over every generator x p in {2, 3, 4} x v in {1, 2} x m in 1..8 x three policy

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
+// headroom: optimised under sanitizers (a property grid: its runtime, not its compile time, is the cost)
 #include <doctest/doctest.h>
 
 // The memory model against the executor's own counters: over schedules x p in {2, 4, 8} x
