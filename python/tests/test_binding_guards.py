@@ -13,7 +13,13 @@ import numpy as np
 import pytest
 
 import headroom
+from headroom import _core
 from headroom._core import cp, pool, trace
+
+# The time bounds below catch a cost that grows faster than it should (each names what it was),
+# with 30-100x to spare in an optimised build; CI's ASan + UBSan build of the bindings (-O0, the one
+# with the planted use-after-free) runs the same code about 20x slower.
+SLOWER = 20 if hasattr(_core, "_planted_use_after_free") else 1
 
 
 def test_recorder_max_live_past_the_limit_is_a_capacity_error_not_a_spin():
@@ -96,7 +102,7 @@ def test_validate_orders_with_a_huge_unit_count_answers_at_once():
     t0 = time.perf_counter()
     with pytest.raises(headroom.invalid_argument, match="unit 3 is missing from every execution order"):
         pool.validate_orders(2**31, [pool.training_order(3)], 2)
-    assert time.perf_counter() - t0 < 0.5
+    assert time.perf_counter() - t0 < 0.5 * SLOWER
 
 
 def _interval_plan(units, seed):
@@ -124,7 +130,7 @@ def test_fixed_plan_of_many_units_is_fast():
     w = pool.Workload("w", [pool.Unit(f"u{i}", [pool.Bucket("bf16", 4096 * (1 + i % 3))]) for i in range(20_000)])
     t0 = time.perf_counter()
     p = pool.make_plan(w, "fixed")
-    assert time.perf_counter() - t0 < 2.0  # was O(units^2): > 90 s at 100 000 units
+    assert time.perf_counter() - t0 < 2.0 * SLOWER  # was O(units^2): > 90 s at 100 000 units
     assert p.pooled_units() == 6667 and p.pooled[:4] == [True, False, False, True]
 
 
@@ -160,7 +166,7 @@ def test_svg_of_thousands_of_categories_is_fast_and_stacks_the_rest_as_other():
     snap = _many_events(5_000, category=lambda i: f"category {i}", filename="model.py")
     t0 = time.perf_counter()
     svg = snap.to_svg()
-    assert time.perf_counter() - t0 < 5.0  # was 248 s
+    assert time.perf_counter() - t0 < 5.0 * SLOWER  # was 248 s
     assert svg.count("<polygon") == 32 and "other (4969 categories)" in svg
 
 

@@ -78,7 +78,8 @@ def test_ports_are_outside_the_ephemeral_range_and_one_run_each():
     held = [m.free_port() for _ in range(16)]
     try:
         assert len(set(held)) == len(held)  # no two live runs share one
-        assert all(1024 <= p < lo for p in held), (held, lo)
+        assert all(1024 <= p < lo or p > hi for p in held), (held, lo, hi)
+        assert all(m.port_is_free(p) for p in held)  # handed out, not bound: the run binds it
         assert held == sorted(held) or held[0] > held[-1]  # the cursor moves on (wrapping at most once)
     finally:
         for p in held:
@@ -100,3 +101,15 @@ def test_a_run_releases_its_port(tmp_path):
     code = "import sys; sys.exit(5)"
     assert m.run_once("t:q", [sys.executable, "-c", code, "{port}"], 1, args, tmp_path, cores)[0] == "fail"
     assert not m.PORTS_HELD
+
+
+def test_a_port_in_use_on_any_address_is_not_handed_out():
+    import socket
+    m = tool()
+    taken = socket.socket()
+    taken.bind(("", 0))  # the wildcard, as torch's store binds
+    taken.listen()
+    try:
+        assert not m.port_is_free(taken.getsockname()[1])
+    finally:
+        taken.close()

@@ -60,6 +60,13 @@ decltype(auto) or_abort_job(F&& f) {
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
     throw;  // MPI_Abort does not return
+  } catch (...) {
+    // doctest's REQUIRE throws a type of its own (not a std::exception), after reporting the check.
+    std::fprintf(stderr, "rank %d: a failed REQUIRE or another non-standard exception (ending the job)\n",
+                 mpi_world().rank());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    throw;
   }
 }
 

@@ -76,7 +76,7 @@ void check_against_reference(hp::pipeline_shape const& shape, bool two_streams) 
     CHECK(std::any_of(got.dw.begin(), got.dw.end(), [](float g) { return g != 0.0f; }));
   }
   if (rank == shape.rank_of(shape.virtual_stages() - 1)) {
-    REQUIRE(result.losses.size() == (R::keeps_losses ? ref.losses.size() : 0u));
+    CHECK(result.losses.size() == (R::keeps_losses ? ref.losses.size() : 0u));  // CHECK: the peer goes on
     CHECK(result.outputs.size() == (R::keeps_outputs ? ref.losses.size() : 0u));
     CHECK(headroom_test::same_bytes(host_losses, ref.losses));  // written whatever the retention
   } else {
