@@ -42,7 +42,7 @@ hp::model_bytes aligned_costs(hp::pipeline_shape const& shape, bool irregular) {
 }
 
 // Every schedule the generator builds on the grid (shapes it refuses are skipped; under a
-// sanitizer, m in {1, p, 2p + 1, 8}).
+// sanitizer, m in {1, p, 2p + 1, 8}, and irregular sizes under one policy set a shape).
 template <class G, class F>
 void for_each_schedule(F&& f) {
   for (int p : {2, 3, 4})
@@ -116,11 +116,18 @@ TEST_CASE_TEMPLATE("plan_buffers: no overlap, the bound is the peak, the arena a
                    hp::gpipe, hp::one_f_one_b, hp::interleaved_1f1b, hp::zb_h1, hp::interleaved_zb, hp::forward_only,
                    hp::zbv, hp::dualpipe_v) {
   tally equal, irregular;
+  int shape = 0;
   for_each_schedule<G>([&](hp::schedule const& s) {
+    int policy = 0;
     for_each_policy([&]<class R, class O, class T>() {
       check_plan<R, O, T>(s, aligned_costs(s.shape(), false), equal, true, 1.05);
-      check_plan<R, O, T>(s, aligned_costs(s.shape(), true), irregular, true, 1.15);
+      // Irregular sizes send the packing to its exact search, the cost of this test: under a
+      // sanitizer, one policy set a shape, in turn (186 s of ctest's 300 s under TSan otherwise).
+      if (!headroom_test::sanitized() || policy == shape % 3)
+        check_plan<R, O, T>(s, aligned_costs(s.shape(), true), irregular, true, 1.15);
+      ++policy;
     });
+    ++shape;
   });
   INFO(G::name, ": ", equal.first, irregular.first);
   CHECK(equal.plans > 0);
