@@ -54,19 +54,19 @@ template <class F>
 decltype(auto) or_abort_job(F&& f) {
   try {
     return std::forward<F>(f)();
-  } catch (std::exception const& e) {
+  } catch (...) {
+    char const* what = "a failed REQUIRE or another non-standard exception";  // doctest's own type
+    try {
+      throw;
+    } catch (std::exception const& e) {
+      what = e.what();
+    } catch (...) {
+    }
     std::fprintf(stderr, "rank %d: %s (ending the job: the other ranks wait in NCCL for this one)\n",
-                 mpi_world().rank(), e.what());
+                 mpi_world().rank(), what);
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
     throw;  // MPI_Abort does not return
-  } catch (...) {
-    // doctest's REQUIRE throws a type of its own (not a std::exception), after reporting the check.
-    std::fprintf(stderr, "rank %d: a failed REQUIRE or another non-standard exception (ending the job)\n",
-                 mpi_world().rank());
-    std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    throw;
   }
 }
 
