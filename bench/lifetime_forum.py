@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 # headroom: needs 2 GPUs
+# headroom: stress lanes (tools/gpu-stress --lanes: its ranks meet on a free port of their own; 64 MiB all-reduces, bandwidth-bound)
+# headroom: stress as short: --layers 4 --iterations 2 --warmup 1 --port {port} --trace {dir}/trace.csv
 """PyTorch peer of bench_lifetime_forum: the same forum case with PyTorch's caching allocator.
 
 Two processes (one per GPU, NCCL backend). Per configuration, per iteration, per layer:
@@ -164,7 +166,8 @@ def main():
     import torch.multiprocessing as mp
 
     if torch.cuda.device_count() < 2:
-        sys.exit(f"lifetime_forum.py: needs 2 CUDA devices, found {torch.cuda.device_count()}")
+        print(f"skipped: lifetime_forum.py needs 2 CUDA devices, found {torch.cuda.device_count()}")
+        sys.exit(77)
     os.environ["NCCL_NVLS_ENABLE"] = "0"
     mp.spawn(worker, args=(2, args, args.port), nprocs=2, join=True)
 

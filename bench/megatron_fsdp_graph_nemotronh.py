@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 # headroom: needs 2 GPUs
+# headroom: stress lanes (tools/gpu-stress --lanes: one process pair on a free port of its own)
+# headroom: stress as interval: --variants hybrid-grouped_mm --allocators interval --warmup 2 --iters 2 --replays 2 --port {port} --child-timeout 300 --deadline 360
 """CUDA-graph capture of Megatron-FSDP 0.6.1 over headroom's arena, on transformers' NemotronH.
 
 The model, mesh and ``fully_shard_model`` call are bench/megatron_fsdp_pool_nemotronh.py's

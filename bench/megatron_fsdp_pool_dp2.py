@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 # headroom: needs 2 GPUs
+# headroom: stress lanes (tools/gpu-stress --lanes: each stress run below meets its peer on a free port of its own)
+# headroom: stress as interval: --child interval --steps 4 --port {port} --result {dir}/r.json --snapshots {dir}
+# headroom: stress as nccl_register: --child nccl_register --steps 4 --port {port} --result {dir}/r.json --snapshots {dir}
 """bench/megatron_fsdp_pool.py at data-parallel size 2 (one process per GPU, NCCL): the weights
 are sharded, so Megatron-FSDP's parameter pools are exercised as well as its gradient pools.
 Besides the one-GPU checks (losses bit-equal across MaxPool, max, by_bytes and interval; every

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 # headroom: needs 2 GPUs
+# headroom: stress lanes (tools/gpu-stress --lanes: its ranks meet on a free port of their own; send / recv of whole micro-batches)
+# headroom: stress as short: --tokens 4096 --microbatch-tokens 1024 --steps 1 --microbatches 2,4 --port {port}
 """PyTorch peer of bench_pipeline_retention: the same toy LM on 2 GPUs with
 torch.distributed.pipelining Schedule1F1B, step(..., return_outputs=True) (PyTorch's default:
 the last stage keeps every micro-batch's logits and merges them) and return_outputs=False
@@ -31,12 +33,15 @@ import argparse
 import inspect
 import json
 import os
-import queue
 import socket
 import statistics
 import sys
 import time
 import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from spawn_ranks import gather  # noqa: E402 - the ranks, started and told apart
 
 HIDDEN = 4096
 VOCAB = 131072
@@ -46,7 +51,7 @@ DEADLINE_S = 240  # the whole run; gpu-check's per-program limit is 300 s
 
 
 def emit_skipped(reason, args):
-    print(f"pipeline_retention_torch: skipped: {reason}")
+    print(f"skipped: pipeline_retention_torch: {reason}")
     rows = [{"series": series, "policy": f"torch_return_outputs_{flag}", "m": m, "status": "skipped"}
             for series in ("global", "microbatch") for flag in (True, False) for m in args.microbatches]
     print(json.dumps({"bench": "pipeline_retention_torch", "status": "skipped", "reason": reason, "rows": rows}))
@@ -144,6 +149,7 @@ def main():
                         help="micro-batch in tokens of the fixed-micro-batch series")
     parser.add_argument("--steps", type=int, default=3, help="timed steps per row (after one warm-up step)")
     parser.add_argument("--microbatches", type=lambda s: [int(v) for v in s.split(",")], default=[2, 4, 8, 16])
+    parser.add_argument("--port", type=int, default=0, help="the ranks' TCP rendezvous (0: a free one)")
     args = parser.parse_args()
     if args.steps < 1 or args.microbatch_tokens < 1 or any(m < 1 or args.tokens % m != 0 for m in args.microbatches):
         parser.error(f"--steps must be >= 1 and every m must divide --tokens {args.tokens}; "
@@ -160,35 +166,21 @@ def main():
 
     os.environ["NCCL_NVLS_ENABLE"] = "0"
     os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    procs = [ctx.Process(target=worker, args=(r, 2, args, port, results), daemon=True) for r in range(2)]
-    for p in procs:
-        p.start()
-    got, errors = {}, []
-    deadline = time.monotonic() + DEADLINE_S
-    while len(got) + len(errors) < 2 and time.monotonic() < deadline:
-        try:
-            item = results.get(timeout=1.0)
-        except queue.Empty:
-            if all(not p.is_alive() for p in procs) and results.empty():
-                break
-            continue
-        if item[0] == "ok":
-            got[item[1]] = item
-        else:
-            errors.append(f"rank {item[1]}: {item[2]}")
-            break  # the other rank may be stuck in NCCL waiting for this one
-    for p in procs:
-        p.join(timeout=5)
-        if p.is_alive():
-            p.kill()
-    if errors or len(got) < 2:
-        reason = errors[0] if errors else f"ranks {sorted(set(range(2)) - set(got))} did not finish in {DEADLINE_S} s"
-        return emit_skipped(reason.strip().replace("\n", " | "), args)
+    port = args.port
+    if port == 0:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+    got, errors, died, missing = gather(mp.get_context("spawn"), worker, 2, args, port, DEADLINE_S)
+    # A peer that cannot run (an exception in a rank: an API that changed) is a skip; a rank that
+    # died (a signal) or never answered is a failure of the run, not a skip.
+    if died or (not errors and missing):
+        reason = "; ".join(died) or f"ranks {missing} did not finish in {DEADLINE_S} s"
+        print(f"pipeline_retention_torch: FAILED: {reason}")
+        print(json.dumps({"bench": "pipeline_retention_torch", "status": "failed", "reason": reason}))
+        return 1
+    if errors:
+        return emit_skipped(errors[0].strip().replace("\n", " | "), args)
 
     version, device = got[0][3], got[0][4]
     rows = sorted(got[0][2] + got[1][2], key=lambda r: (r["series"], r["policy"], r["m"], r["stage"]))

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 # headroom: needs 2 GPUs
+# headroom: stress lanes (tools/gpu-stress --lanes: its ranks meet on a free port of their own; send / recv of whole micro-batches)
+# headroom: stress as short: --microbatches 2,4 --port {port}
 """headroom's prediction of a torch pipeline run against its measured peak, on transformers'
 LlamaForCausalLM (a small config with Llama-3's vocabulary, 128256) on 2 GPUs (or DP2 x PP2 on 4).
 
@@ -34,11 +36,14 @@ import argparse
 import copy
 import json
 import os
-import queue
 import socket
 import sys
 import time
 import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from spawn_ranks import gather  # noqa: E402 - the ranks, started and told apart
 
 VOCAB = 128256
 DEADLINE_S = 280
@@ -325,7 +330,7 @@ def plot(rows, path, title):
 
 
 def emit_skipped(reason, args):
-    print(f"pipeline_torch_llama: skipped: {reason}")
+    print(f"skipped: pipeline_torch_llama: {reason}")
     print(json.dumps({"bench": "pipeline_torch_llama", "dp": args.dp, "status": "skipped", "reason": reason}))
     return 0
 
@@ -338,6 +343,7 @@ def main():
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
+    parser.add_argument("--port", type=int, default=0, help="the ranks' TCP rendezvous (0: a free one)")
     args = parser.parse_args()
     if args.layers < 4 or args.layers % 4 or args.hidden % 256 or any(m < 2 for m in args.microbatches):
         parser.error("--layers a multiple of 4, --hidden a multiple of 256, every m >= 2 (interleaved needs m >= p)")
@@ -355,34 +361,15 @@ def main():
                             args)
     os.environ["NCCL_NVLS_ENABLE"] = "0"
     os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = args.port
+    if port == 0:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
     t0 = time.monotonic()
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    procs = [ctx.Process(target=worker, args=(r, world, args, port, results), daemon=True) for r in range(world)]
-    for p in procs:
-        p.start()
-    got, errors = {}, []
-    while len(got) + len(errors) < world and time.monotonic() < t0 + DEADLINE_S:
-        try:
-            item = results.get(timeout=1.0)
-        except queue.Empty:
-            if all(not p.is_alive() for p in procs) and results.empty():
-                break
-            continue
-        if item[0] == "ok":
-            got[item[1]] = item
-        else:
-            errors.append(f"rank {item[1]}: {item[2]}")
-            break
-    for p in procs:
-        p.join(timeout=5)
-        if p.is_alive():
-            p.kill()
-    if errors or len(got) < world:
-        reason = errors[0] if errors else f"ranks {sorted(set(range(world)) - set(got))} did not finish in {DEADLINE_S} s"
+    got, errors, died, missing = gather(mp.get_context("spawn"), worker, world, args, port, DEADLINE_S)
+    if errors or died or missing:
+        reason = errors[0] if errors else "; ".join(died) or f"ranks {missing} did not finish in {DEADLINE_S} s"
         print(f"pipeline_torch_llama: FAILED: {reason}")
         print(json.dumps({"bench": "pipeline_torch_llama", "dp": args.dp, "status": "failed", "reason": reason}))
         return 1

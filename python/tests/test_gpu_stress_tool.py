@@ -62,6 +62,22 @@ def test_placeholders_per_run(tmp_path):
     assert (kept / "scratch" / "x").read_text() == "y" and (kept / "notes.txt").exists()
 
 
+def test_every_run_writes_its_out_to_a_folder_of_its_own(tmp_path):
+    # Benches write their JSON and plots to $OUT: under lanes two runs of one bench would
+    # write the same files. Each run's $OUT is its scratch folder ({dir}), kept with a failed run.
+    m = tool()
+    args = types.SimpleNamespace(timeout=60, lanes=1, deadline=0, started=0)
+    cores = tmp_path / "cores"
+    cores.mkdir()
+    code = ("import os, sys, pathlib; out = pathlib.Path(os.environ['OUT']); "
+            "assert out.is_dir() and out.name == 'scratch' and out.parent.name == 'run-' + sys.argv[1], out; "
+            "(out / 'result.json').write_text(sys.argv[1]); sys.exit(int(sys.argv[1]))")
+    assert m.run_once("t:out", [sys.executable, "-c", code, "0"], 0, args, tmp_path, cores) == ("pass", "")
+    assert not (tmp_path / "t_out" / "run-0").exists()
+    verdict, _ = m.run_once("t:out", [sys.executable, "-c", code, "2"], 2, args, tmp_path, cores)
+    assert verdict == "fail" and (tmp_path / "t_out" / "run-2" / "scratch" / "result.json").read_text() == "2"
+
+
 def test_deadline_leaves_runs_unrun(tmp_path):
     m = tool()
     args = types.SimpleNamespace(timeout=60, lanes=1, deadline=5, started=0)  # began long ago
