@@ -8,12 +8,12 @@ import queue
 import time
 
 
-def gather(ctx, worker, world, args, port, deadline_s):
+def gather(ctx, worker, world, args, port, deadline_s, grace_s=5.0):
     """Runs worker(rank, world, args, port, results) in `world` processes of `ctx`. Returns
     (got: {rank: tuple}, errors: ["rank r: text"], died: ["rank r terminated with signal N"],
     missing: ranks with no answer). Stops at the first error (its peers may wait in NCCL for the
     rank that raised), at the first rank killed by a signal, or after deadline_s; ranks still
-    alive then are killed, and are not counted as died."""
+    alive grace_s later are killed, and are not counted as died."""
     results = ctx.Queue()
     procs = [ctx.Process(target=worker, args=(r, world, args, port, results), daemon=True) for r in range(world)]
     for p in procs:
@@ -36,7 +36,7 @@ def gather(ctx, worker, world, args, port, deadline_s):
             break
     killed = set()
     for r, p in enumerate(procs):
-        p.join(timeout=5)
+        p.join(timeout=grace_s)
         if p.is_alive():
             p.kill()
             p.join(timeout=5)

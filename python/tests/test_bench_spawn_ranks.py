@@ -41,20 +41,20 @@ def test_every_rank_answers():
 
 def test_a_rank_that_raises_is_an_error_and_its_waiting_peer_is_not_counted_as_died():
     t0 = time.monotonic()
-    got, errors, died, missing = gather(CTX, worker, 2, ["raise", "wait"], 0, 30)
+    got, errors, died, missing = gather(CTX, worker, 2, ["raise", "wait"], 0, 30, grace_s=0.5)
     assert errors == ["rank 0: TypeError: an API that changed"]
     assert died == [] and missing == [0, 1] and got == {}
-    assert time.monotonic() - t0 < 20  # the peer is killed, not waited for
+    assert time.monotonic() - t0 < 10  # the peer is killed, not waited for
 
 
 def test_a_rank_killed_by_a_signal_is_reported_at_once():
     t0 = time.monotonic()
-    got, errors, died, missing = gather(CTX, worker, 2, ["wait", "segv"], 0, 60)
+    got, errors, died, missing = gather(CTX, worker, 2, ["wait", "segv"], 0, 60, grace_s=0.5)
     assert died == [f"rank 1 terminated with signal {int(signal.SIGSEGV)}"]
     assert errors == [] and missing == [0, 1]
-    assert time.monotonic() - t0 < 20  # not at the deadline
+    assert time.monotonic() - t0 < 30  # not at the deadline
 
 
 def test_a_rank_that_never_answers_is_missing_at_the_deadline():
-    got, errors, died, missing = gather(CTX, worker, 2, ["ok", "wait"], 0, 2)
+    got, errors, died, missing = gather(CTX, worker, 2, ["ok", "wait"], 0, 2, grace_s=0.5)
     assert sorted(got) == [0] and missing == [1] and died == [] and errors == []
