@@ -455,7 +455,24 @@ def nccl_register(rank, args, out_path):
     dist.destroy_process_group()
 
 
-def child(args) -> None:
+def registration_checks(reg) -> list:
+    """(text, ok) of the registration run, from its ranks' results: the parent's checks, and the
+    verdict of the run alone (tools/gpu-stress runs it as a child)."""
+    errors = [f"rank {r['rank']}: {r['error']}" for r in reg if r.get("error")]
+    one = all(not r.get("error") and r["segments"] == 1 and r["arena_in_segment"] and r["slots_in_segment"]
+              and r["arena_bytes"] == r["plan_arena_bytes"] for r in reg)
+    return [(f"NCCL: the arena is one segment of the NCCL pool on every rank, as planned "
+             f"({[(r.get('segments'), r.get('arena_bytes'), r.get('allocator')) for r in reg]})"
+             + (f"; {errors[0][:600]}" if errors else ""), one),
+            ("NCCL: the pool registered with the process group once per rank, an all_reduce on a slot "
+             "view right, still one segment (same address) after allocate / free of every bucket",
+             all(not r.get("error") and r.get("registered") and r.get("all_reduce_right")
+                 and r.get("segments_after_cycle") == 1 and r.get("arena_moved") is False for r in reg))]
+
+
+def child(args) -> int:
+    """One child run; its exit status. A training run raises on any error (the spawn fails); the
+    registration run reports its errors in its result, judged here as the parent would."""
     fn = nccl_register if args.child == "nccl_register" else train
     extra = () if args.child == "nccl_register" else (args.child,)
     if args.world_size == 1:
@@ -464,6 +481,12 @@ def child(args) -> None:
         import torch.multiprocessing as mp
 
         mp.spawn(fn, args=(args, *extra, args.result), nprocs=args.world_size, join=True)
+    if args.child != "nccl_register":
+        return 0
+    failed = [text for text, ok in registration_checks(json.loads(Path(args.result).read_text())["ranks"]) if not ok]
+    for text in failed:
+        print(f"FAIL {text}")
+    return 1 if failed else 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -587,8 +610,7 @@ def main() -> int:
         skip("headroom's Python package is not importable (pip install . from the repository, or build "
              "with HEADROOM_ENABLE_PYTHON=ON)")
     if args.child:
-        child(args)
-        return 0
+        return child(args)
 
     out = Path(os.environ.get("OUT") or tempfile.mkdtemp(prefix="megatron_fsdp_pool."))
     out.mkdir(parents=True, exist_ok=True)
@@ -674,17 +696,7 @@ def main() -> int:
             bits = [r["loss_bits"] for r in results[run]["ranks"]]
             checks.append((f"{run}: every rank's losses bit-equal to rank 0's ({args.world_size} ranks)",
                            all(b == bits[0] for b in bits)))
-        reg = results["nccl_register"]["ranks"]
-        errors = [f"rank {r['rank']}: {r['error']}" for r in reg if r.get("error")]
-        one = all(not r.get("error") and r["segments"] == 1 and r["arena_in_segment"] and r["slots_in_segment"]
-                  and r["arena_bytes"] == r["plan_arena_bytes"] for r in reg)
-        checks.append((f"NCCL: the arena is one segment of the NCCL pool on every rank, as planned "
-                       f"({[(r.get('segments'), r.get('arena_bytes'), r.get('allocator')) for r in reg]})"
-                       + (f"; {errors[0][:600]}" if errors else ""), one))
-        checks.append(("NCCL: the pool registered with the process group once per rank, an all_reduce on a slot "
-                       "view right, still one segment (same address) after allocate / free of every bucket",
-                       all(not r.get("error") and r.get("registered") and r.get("all_reduce_right")
-                           and r.get("segments_after_cycle") == 1 and r.get("arena_moved") is False for r in reg)))
+        checks += registration_checks(results["nccl_register"]["ranks"])
 
     device = ref["device"]
     date = time.strftime("%Y-%m-%d", time.gmtime())

@@ -22,7 +22,8 @@ as optimizer.zero_grad() does, so each step allocates them as a training step wo
 The script spawns its 2 ranks itself (torch.multiprocessing, NCCL, NCCL_NVLS_ENABLE=0). If
 PyTorch, the GPUs or the pipelining API are not what it expects (no return_outputs keyword,
 fewer than 2 GPUs, a constructor that changed), it prints why and "skipped" rows and exits 0, so
-a GPU check run is never broken by a peer that cannot run.
+a GPU check run is never broken by a peer that cannot run. Any other exception in a rank, a rank
+killed by a signal or one that does not answer in time fails the run (FAILED, exit 1).
 
     python3 bench/pipeline_retention_torch.py [--tokens 16384] [--microbatch-tokens 2048] [--steps 3]
                                               [--microbatches 2,4,8,16]
@@ -58,8 +59,13 @@ def emit_skipped(reason, args):
     return 0
 
 
+class CannotRun(Exception):
+    """torch's pipelining API is not what this bench drives: the peer is skipped, not failed."""
+
+
 def worker(rank, world, args, port, results):
-    """One pipeline stage. Puts ('ok', rank, rows) or ('error', rank, text) on `results`."""
+    """One pipeline stage. Puts ('ok', rank, rows), ('skip', rank, text) or ('error', rank, text)
+    on `results` (bench/spawn_ranks.py)."""
     try:
         import datetime
 
@@ -96,7 +102,7 @@ def worker(rank, world, args, port, results):
 
         step_params = inspect.signature(Schedule1F1B.step).parameters
         if "return_outputs" not in step_params:
-            raise RuntimeError(f"Schedule1F1B.step has no return_outputs keyword (parameters: {list(step_params)}); "
+            raise CannotRun(f"Schedule1F1B.step has no return_outputs keyword (parameters: {list(step_params)}); "
                                f"torch {torch.__version__}")
 
         most = max(args.tokens, args.microbatch_tokens * max(args.microbatches))
@@ -110,8 +116,11 @@ def worker(rank, world, args, port, results):
         for (series, m, tokens), return_outputs in [(c, r) for c in configs for r in (True, False)]:
             x = x_all[:tokens] if rank == 0 else None
             target = target_all[:tokens] if last else None
-            stage = PipelineStage(module, rank, world, device)
-            schedule = Schedule1F1B(stage, m, loss_fn=loss_fn)
+            try:
+                stage = PipelineStage(module, rank, world, device)
+                schedule = Schedule1F1B(stage, m, loss_fn=loss_fn)
+            except TypeError as e:  # a constructor that changed
+                raise CannotRun(f"PipelineStage / Schedule1F1B: {e}") from e
             times, peaks = [], []
             for step in range(args.steps + 1):  # step 0 warms up (shape inference, cuBLAS)
                 module.zero_grad(set_to_none=True)
@@ -138,7 +147,9 @@ def worker(rank, world, args, port, results):
         dist.barrier()
         dist.destroy_process_group()
         results.put(("ok", rank, rows, torch.__version__, torch.cuda.get_device_name(device)))
-    except BaseException as e:  # noqa: BLE001 - report anything, the parent decides
+    except CannotRun as e:
+        results.put(("skip", rank, str(e)))
+    except BaseException as e:  # noqa: BLE001 - report anything: the run fails
         results.put(("error", rank, f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=4)}"))
 
 
@@ -171,16 +182,17 @@ def main():
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-    got, errors, died, missing = gather(mp.get_context("spawn"), worker, 2, args, port, DEADLINE_S)
-    # A peer that cannot run (an exception in a rank: an API that changed) is a skip; a rank that
-    # died (a signal) or never answered is a failure of the run, not a skip.
-    if died or (not errors and missing):
-        reason = "; ".join(died) or f"ranks {missing} did not finish in {DEADLINE_S} s"
+    ranks = gather(mp.get_context("spawn"), worker, 2, args, port, DEADLINE_S)
+    # A peer that cannot run here (torch's pipelining API changed) is a skip; an exception in a
+    # rank, a rank that died (a signal) or never answered is a failure of the run.
+    if ranks.errors or ranks.died or (ranks.missing and not ranks.skipped):
+        reason = "; ".join(ranks.errors[:1] + ranks.died) or f"ranks {ranks.missing} did not finish in {DEADLINE_S} s"
         print(f"pipeline_retention_torch: FAILED: {reason}")
         print(json.dumps({"bench": "pipeline_retention_torch", "status": "failed", "reason": reason}))
         return 1
-    if errors:
-        return emit_skipped(errors[0].strip().replace("\n", " | "), args)
+    if ranks.skipped:
+        return emit_skipped(ranks.skipped[0].strip().replace("\n", " | "), args)
+    got = ranks.got
 
     version, device = got[0][3], got[0][4]
     rows = sorted(got[0][2] + got[1][2], key=lambda r: (r["series"], r["policy"], r["m"], r["stage"]))

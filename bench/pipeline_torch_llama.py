@@ -367,9 +367,10 @@ def main():
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
     t0 = time.monotonic()
-    got, errors, died, missing = gather(mp.get_context("spawn"), worker, world, args, port, DEADLINE_S)
-    if errors or died or missing:
-        reason = errors[0] if errors else "; ".join(died) or f"ranks {missing} did not finish in {DEADLINE_S} s"
+    ranks = gather(mp.get_context("spawn"), worker, world, args, port, DEADLINE_S)
+    got = ranks.got
+    if ranks.errors or ranks.died or ranks.missing:
+        reason = "; ".join(ranks.errors[:1] + ranks.died) or f"ranks {ranks.missing} did not finish in {DEADLINE_S} s"
         print(f"pipeline_torch_llama: FAILED: {reason}")
         print(json.dumps({"bench": "pipeline_torch_llama", "dp": args.dp, "status": "failed", "reason": reason}))
         return 1

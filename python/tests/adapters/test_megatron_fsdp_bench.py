@@ -27,3 +27,23 @@ def test_plan_only_on_cpu():
     # MaxPool: two heavy slots; interval: one heavy and one light unit (bf16, aligned to 256 B)
     assert arena["max"] == pytest.approx(2 * heavy * 2 / 2**20, abs=0.01)
     assert arena["interval"] == pytest.approx((heavy + light) * 2 / 2**20, abs=0.01)
+
+
+def test_the_registration_run_alone_is_judged_as_the_parent_judges_it():
+    # tools/gpu-stress runs `--child nccl_register` without the parent: its checks must decide
+    # the child's exit status, or a failed registration would count as a passing run.
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("megatron_fsdp_pool_bench", BENCH)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    good = {"rank": 0, "error": None, "segments": 1, "arena_in_segment": True, "slots_in_segment": True,
+            "arena_bytes": 4096, "plan_arena_bytes": 4096, "registered": True, "all_reduce_right": True,
+            "segments_after_cycle": 1, "arena_moved": False, "allocator": "NCCL (ncclMemAlloc)"}
+    assert all(ok for _, ok in bench.registration_checks([good, {**good, "rank": 1}]))
+    for bad in ({"all_reduce_right": False}, {"segments_after_cycle": 2}, {"arena_moved": True},
+                {"segments": 2}, {"arena_bytes": 8192}):
+        assert not all(ok for _, ok in bench.registration_checks([good, {**good, "rank": 1, **bad}])), bad
+    raised = {"rank": 1, "error": "RuntimeError: ncclCommRegister failed"}
+    texts = [text for text, ok in bench.registration_checks([good, raised]) if not ok]
+    assert len(texts) == 2 and "rank 1: RuntimeError: ncclCommRegister failed" in texts[0]
