@@ -54,7 +54,8 @@ also written to $OUT/megatron_fsdp_graph_nemotronh.json (rewritten after every r
 short keeps what it did). Exit 1 when a captured graph's replay is not bit-equal to eager (or
 eager steps are not bit-equal to each other) or an address moved; else 2 when a run ended without
 a verdict (an error before capture, a crash, --child-timeout: its "ERROR (no verdict)" line and
-the run's stderr are printed); else 0: strategies that cannot capture are "blocked:" lines, not
+the run's stderr are printed) or failed after it (a non-zero exit once every rank had written its
+verdict: a crash in teardown; its "ERROR after every rank's verdict" line); else 0: strategies that cannot capture are "blocked:" lines, not
 failures. "skipped: ..." and 77 without 2 GPUs, torch, transformers' NemotronH, megatron_fsdp or
 headroom.
 
@@ -254,6 +255,28 @@ def lines_of(run: dict) -> tuple:
     return out, blocked, bad
 
 
+def child_outcome(rc, stderr: str, ranks: list, world: int, limit: int) -> dict:
+    """{"error": ..., "teardown": ...} of one child run from its exit (None: killed at `limit`) and
+    the verdict files its ranks wrote. A non-zero exit after every rank wrote its verdict (a crash
+    in teardown, say) keeps the verdict and is reported as "teardown"."""
+    if rc is None:
+        return {"error": f"no verdict within {limit} s (--child-timeout / --deadline; its processes killed)",
+                "teardown": None}
+    if rc == 0:
+        return {"error": None, "teardown": None}
+    why = f"exit {rc}: {stderr.strip().splitlines()[-1] if stderr.strip() else ''}"
+    return {"error": None, "teardown": why} if len(ranks) == world else {"error": why, "teardown": None}
+
+
+def judged(run: dict) -> tuple:
+    """lines_of(run), with a failure after the verdict (run["teardown"]) as an error of its own."""
+    printed, blocked, bad = lines_of(run)
+    if run.get("teardown"):
+        printed.append(f"{run['variant']}/{run['allocator']}: ERROR after every rank's verdict: {run['teardown']}")
+        bad = "mismatch" if bad == "mismatch" else "error"
+    return printed, blocked, bad
+
+
 def launch(cmd, timeout: int) -> tuple:
     """Runs `cmd` in its own session; past `timeout` seconds kills the session (the spawned ranks
     too). Returns (exit code or None when killed, stderr)."""
@@ -389,24 +412,16 @@ def main() -> int:
                    "--collective-timeout", str(args.collective_timeout)] + (["--dry-run"] if args.dry_run else [])
             port += 1
             t0 = time.monotonic()
-            run = {"variant": variant, "allocator": alloc, "error": None}
             limit = int(min(args.child_timeout, left))
             rc, stderr = launch(cmd, limit)
-            if rc is None:
-                run["error"] = f"no verdict within {limit} s (--child-timeout / --deadline; its processes killed)"
-            elif rc != 0:
-                run["error"] = f"exit {rc}: {stderr.strip().splitlines()[-1] if stderr.strip() else ''}"
-            run["stderr_tail"] = stderr[-4000:]
             ranks = []
             for r in range(args.world_size):
                 f = Path(f"{path}.rank{r}")
                 if f.exists():
                     ranks.append(json.loads(f.read_text()))
-            if len(ranks) == args.world_size and run["error"] and run["error"].startswith("exit"):
-                run["error"] = None  # every rank wrote its verdict; the exit code was the teardown's
-            run["ranks"] = ranks
-            run["seconds"] = round(time.monotonic() - t0, 1)
-            printed, blocked, run_bad = lines_of(run)
+            run = {"variant": variant, "allocator": alloc, **child_outcome(rc, stderr, ranks, args.world_size, limit),
+                   "stderr_tail": stderr[-4000:], "ranks": ranks, "seconds": round(time.monotonic() - t0, 1)}
+            printed, blocked, run_bad = judged(run)
             if run_bad != "ok" and run.get("stderr_tail"):
                 print(run["stderr_tail"][-3000:], flush=True)
             for line in printed + blocked:
