@@ -20,6 +20,15 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="fork context")
 CTX = multiprocessing.get_context("fork")
 
 
+def die_by_sigsegv():
+    # The default action, not a handler's: pytest's faulthandler would print this planted crash's
+    # stack, and under ASan (the CI's sanitizer run of this suite) its handler would report it and
+    # exit 1 instead of dying by the signal.
+    faulthandler.disable()
+    signal.signal(signal.SIGSEGV, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
 def worker(rank, world, how, port, results):
     what = how[rank]
     if what == "ok":
@@ -27,8 +36,7 @@ def worker(rank, world, how, port, results):
     elif what in ("skip", "error"):
         results.put((what, rank, f"{what} on rank {rank}"))
     elif what == "segv":
-        faulthandler.disable()  # pytest's handler would print this planted crash's stack
-        os.kill(os.getpid(), signal.SIGSEGV)
+        die_by_sigsegv()
     elif what == "exit":
         os._exit(3)
     elif what == "wait":
@@ -37,8 +45,7 @@ def worker(rank, world, how, port, results):
         results.put(("ok", rank, port))
         results.close()
         results.join_thread()
-        faulthandler.disable()
-        os.kill(os.getpid(), signal.SIGSEGV)
+        die_by_sigsegv()
 
 
 def test_every_rank_answers():
