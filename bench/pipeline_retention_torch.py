@@ -34,7 +34,6 @@ import argparse
 import inspect
 import json
 import os
-import socket
 import statistics
 import sys
 import time
@@ -177,12 +176,7 @@ def main():
 
     os.environ["NCCL_NVLS_ENABLE"] = "0"
     os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3")
-    port = args.port
-    if port == 0:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-    ranks = gather(mp.get_context("spawn"), worker, 2, args, port, DEADLINE_S)
+    ranks = gather(mp.get_context("spawn"), worker, 2, args, args.port, DEADLINE_S)
     # A peer that cannot run here (torch's pipelining API changed) is a skip; an exception in a
     # rank, a rank that died (a signal) or never answered is a failure of the run.
     if ranks.errors or ranks.died or (ranks.missing and not ranks.skipped):

@@ -36,7 +36,6 @@ import argparse
 import copy
 import json
 import os
-import socket
 import sys
 import time
 import traceback
@@ -361,13 +360,8 @@ def main():
                             args)
     os.environ["NCCL_NVLS_ENABLE"] = "0"
     os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3")
-    port = args.port
-    if port == 0:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
     t0 = time.monotonic()
-    ranks = gather(mp.get_context("spawn"), worker, world, args, port, DEADLINE_S)
+    ranks = gather(mp.get_context("spawn"), worker, world, args, args.port, DEADLINE_S)
     got = ranks.got
     if ranks.errors or ranks.died or ranks.missing:
         reason = "; ".join(ranks.errors[:1] + ranks.died) or f"ranks {ranks.missing} did not finish in {DEADLINE_S} s"

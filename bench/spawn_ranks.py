@@ -8,6 +8,7 @@ when the peer it measures cannot run here (an API that changed: the bench skips)
 ("error", rank, text) for anything else (the run fails)."""
 import queue
 import signal
+import socket
 import time
 from typing import NamedTuple
 
@@ -27,14 +28,22 @@ def signal_name(exitcode: int) -> str:
         return f"signal {-exitcode}"
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def gather(ctx, worker, world, args, port, deadline_s, grace_s=5.0) -> Ranks:
-    """Runs worker(rank, world, args, port, results) in `world` processes of `ctx`. Stops at the
+    """Runs worker(rank, world, args, port, results) in `world` processes of `ctx`; port 0 is a
+    free TCP port of this host (a bench's `--port 0`). Stops at the
     first "error" or "skip" (its peers may wait in NCCL for the rank that raised), at the first
     rank that ended without an answer (a signal, or an exit), or after deadline_s; ranks still
     alive grace_s later are killed. `died` is the ranks killed by a signal when the gathering
     stopped, or during the grace when every rank had answered (a crash in teardown); a rank that
     dies in the grace after another's error (NCCL's watchdog aborting a rank whose peer is gone)
     is the error's consequence, not counted."""
+    port = port or free_port()
     results = ctx.Queue()
     procs = [ctx.Process(target=worker, args=(r, world, args, port, results), daemon=True) for r in range(world)]
     for p in procs:

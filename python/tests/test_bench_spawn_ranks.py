@@ -54,6 +54,12 @@ def test_every_rank_answers():
     assert (r.errors, r.skipped, r.died, r.missing) == ([], [], [], [])
 
 
+def test_port_zero_is_one_free_port_shared_by_the_ranks():
+    r = gather(CTX, worker, 2, ["ok", "ok"], 0, 30)
+    port = r.got[0][2]
+    assert 0 < port < 65536 and r.got[1][2] == port
+
+
 @pytest.mark.parametrize("kind", ["skip", "error"])
 def test_a_rank_that_raises_stops_the_gathering_and_its_killed_peer_is_not_counted_as_died(kind):
     t0 = time.monotonic()
