@@ -3,7 +3,9 @@
 its whole run), which may run in lanes, how a run is judged, and a run's placeholders ({port}: a
 free port, {dir}: a scratch folder of the run's own, gone with a passing run)."""
 import importlib.util
+import json
 import sys
+import time
 import types
 from importlib.machinery import SourceFileLoader
 from pathlib import Path
@@ -129,3 +131,47 @@ def test_a_port_in_use_on_any_address_is_not_handed_out():
         assert not m.port_is_free(taken.getsockname()[1])
     finally:
         taken.close()
+
+
+def test_lanes_are_capped_by_the_memory_run_0_took():
+    # 12 lanes of the NemotronH graph bench (up to 18 GiB per rank) overfilled a 140 GiB H200: 4 of
+    # 37 runs failed with CUDA out of memory (2x H200, 2026-11-30).
+    m = tool()
+    base = [(600, 143771), (700, 143771)]
+    lanes, note = m.lanes_by_memory(12, base, [600 + 18 * 1024, 700 + 17 * 1024])
+    assert lanes == 6 and note.startswith("6 lanes, not 12: run 0 alone took 18.0 GiB"), note
+    assert m.lanes_by_memory(4, base, [600 + 18 * 1024, 700])[0] == 4  # fits: as asked
+    assert m.lanes_by_memory(8, base, [143000, 700])[0] == 1  # one run fills a GPU: one at a time
+    assert m.lanes_by_memory(8, None, None) == (8, "8 lanes (GPU memory unknown: not capped)")
+    assert m.lanes_by_memory(8, base, [600])[0] == 8  # a GPU count that changed: unknown
+    assert m.lanes_by_memory(8, base, [600, 700])[0] == 8  # nothing rose
+
+
+def test_the_sampler_keeps_each_gpus_peak(monkeypatch):
+    m = tool()
+    seen = iter([[(10, 100), (20, 100)], [(50, 100), (20, 100)], [(30, 100), (70, 100)]])
+    monkeypatch.setattr(m, "gpu_memory", lambda: next(seen, [(15, 100), (25, 100)]))
+    with m.MemorySampler(period=0.01) as mem:
+        time.sleep(0.3)
+    assert mem.base == [(10, 100), (20, 100)] and mem.peak == [50, 70]
+
+
+def test_run_0_runs_alone_and_sets_the_lanes_of_the_rest(tmp_path, monkeypatch):
+    m = tool()
+    stamps = tmp_path / "stamps"
+    stamps.mkdir()
+    code = ("import sys, time, pathlib; d = pathlib.Path(sys.argv[1]); t0 = time.time(); time.sleep(0.4); "
+            "(d / str(time.time_ns())).write_text(f'{t0} {time.time()}')")
+    monkeypatch.setattr(m, "targets", lambda control: [("bench/x.py:short", [sys.executable, "-c", code, str(stamps)])])
+    monkeypatch.setattr(m, "lanes_for", lambda name, lanes: lanes)
+    memory = iter([[(0, 100_000)] * 2])  # before run 0; then each sample: 40 GB on one GPU
+    monkeypatch.setattr(m, "gpu_memory", lambda: next(memory, [(40_000, 100_000), (1_000, 100_000)]))
+    monkeypatch.setenv("OUT", str(tmp_path / "out"))
+    monkeypatch.setattr(sys, "argv", ["gpu-stress", "5", "--lanes", "8", "--no-sanitize", "--timeout", "60"])
+    assert m.main() == 0
+    summary = json.loads((tmp_path / "out/stress/summary.json").read_text())
+    got = summary["targets"]["bench/x.py:short"]
+    assert got["pass"] == 5 and got["lanes"] == 2, got  # 80 % of 100 GB holds two 40 GB runs
+    assert "lanes: 2 lanes, not 8: run 0 alone took 39.1 GiB" in " ".join(got["details"])
+    spans = sorted(tuple(map(float, f.read_text().split())) for f in stamps.iterdir())
+    assert len(spans) == 5 and all(spans[0][1] <= s[0] for s in spans[1:])  # the rest began after run 0 ended
