@@ -175,3 +175,17 @@ def test_run_0_runs_alone_and_sets_the_lanes_of_the_rest(tmp_path, monkeypatch):
     assert "lanes: 2 lanes, not 8: run 0 alone took 39.1 GiB" in " ".join(got["details"])
     spans = sorted(tuple(map(float, f.read_text().split())) for f in stamps.iterdir())
     assert len(spans) == 5 and all(spans[0][1] <= s[0] for s in spans[1:])  # the rest began after run 0 ended
+
+
+def test_a_run_0_that_does_not_pass_leaves_the_rest_one_at_a_time(tmp_path, monkeypatch):
+    # A run that failed early raised no memory: its "footprint" would let every lane in.
+    m = tool()
+    monkeypatch.setattr(m, "targets", lambda control: [("bench/x.py:bad", [sys.executable, "-c", "raise SystemExit(3)"])])
+    monkeypatch.setattr(m, "lanes_for", lambda name, lanes: lanes)
+    monkeypatch.setattr(m, "gpu_memory", lambda: [(0, 100_000)] * 2)
+    monkeypatch.setenv("OUT", str(tmp_path / "out"))
+    monkeypatch.setattr(sys, "argv", ["gpu-stress", "3", "--lanes", "8", "--no-sanitize", "--timeout", "60"])
+    assert m.main() == 1
+    got = json.loads((tmp_path / "out/stress/summary.json").read_text())["targets"]["bench/x.py:bad"]
+    assert got["fail"] == 3 and got["lanes"] == 1, got
+    assert "lanes: 1 lane, not 8: run 0 did not pass (fail), its memory is not known" in got["details"]
